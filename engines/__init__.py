@@ -1,0 +1,1 @@
+"""Inference engines llmperf can drive: the reference engine and its peers."""

@@ -1,0 +1,139 @@
+"""The seam between the load generator and every engine.
+
+An engine turns a `Request` into an async stream of `TokenEvent`s. Engines that
+batch run their own step loop (on a thread); the load generator is asyncio and
+owns all pacing: an engine never sleeps to shape the load.
+
+All times are `time.perf_counter()` seconds, so they compare across threads of
+one process.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import asdict, dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+
+@dataclass
+class SamplingParams:
+    """How the next token is picked. temperature 0 means greedy."""
+
+    temperature: float = 0.0
+    top_k: int = 0  # 0: no top-k filter
+    top_p: float = 1.0
+    seed: int | None = None
+    ignore_eos: bool = False  # benchmarks want exact output lengths
+    stop_token_ids: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.temperature < 0:
+            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+        if self.top_k < 0:
+            raise ValueError(f"top_k must be >= 0, got {self.top_k}")
+        if not 0.0 < self.top_p <= 1.0:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+
+
+@dataclass
+class Request:
+    """One generation request as the load generator issues it."""
+
+    id: str
+    max_tokens: int
+    prompt_token_ids: list[int] | None = None
+    prompt_text: str | None = None
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    arrival_s: float = 0.0  # intended arrival, seconds from run start
+    is_warmup: bool = False
+
+    def __post_init__(self) -> None:
+        if self.max_tokens < 1:
+            raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens}")
+        if self.prompt_token_ids is None and self.prompt_text is None:
+            raise ValueError("a request needs prompt_token_ids or prompt_text")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class TokenEvent:
+    """Tokens produced for one request: usually one, a chunk for HTTP engines.
+
+    The final event of a stream has `finished=True` and a `finish_reason`
+    ("stop", "length", "abort" or "error"); `error` holds the reason of a failure.
+    """
+
+    request_id: str
+    token_ids: tuple[int, ...]
+    time_s: float  # perf_counter() when the engine produced (or received) it
+    text: str | None = None
+    finished: bool = False
+    finish_reason: str | None = None
+    error: str | None = None
+    num_prompt_tokens: int | None = None  # known to the engine; sent on the final event
+    num_output_tokens: int | None = None  # authoritative count (e.g. a usage chunk), final event
+
+
+@dataclass
+class StepStat:
+    """One step of a batching engine's loop, for reports and the roofline.
+
+    Token counts are of the step's forward pass; `context_tokens` is the sum over
+    sequences of the KV positions attended (what the step read from the KV cache).
+    """
+
+    start_s: float  # perf_counter() at the start of the step
+    duration_s: float
+    kind: str  # "prefill", "decode" or "mixed"
+    num_seqs: int
+    num_prefill_tokens: int
+    num_decode_tokens: int
+    padded_tokens: int = 0  # slots computed for nothing (static batching)
+    context_tokens: int = 0
+    kv_blocks_used: int = 0
+    kv_blocks_free: int = 0
+    num_waiting: int = 0
+    preemptions: int = 0  # sequences preempted during this step
+    prefix_cache_hit_tokens: int = 0  # prompt tokens served from the prefix cache
+
+    @property
+    def num_tokens(self) -> int:
+        return self.num_prefill_tokens + self.num_decode_tokens
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@runtime_checkable
+class Tokenizer(Protocol):
+    vocab_size: int
+    eos_token_ids: tuple[int, ...]
+
+    def encode(self, text: str) -> list[int]: ...
+
+    def decode(self, token_ids: list[int]) -> str: ...
+
+
+@runtime_checkable
+class Engine(Protocol):
+    """What the load generator drives. See README "Adding an engine"."""
+
+    name: str
+
+    def start(self) -> None:
+        """Acquire resources (threads, connections, weights). Idempotent."""
+
+    def stop(self) -> None:
+        """Release them; streams still open end with finish_reason "abort"."""
+
+    def stream(self, request: Request) -> AsyncIterator[TokenEvent]:
+        """Submit a request and yield its events as they come."""
+
+    def info(self) -> dict[str, Any]:
+        """Facts about the engine for summary.json: name, model, options, weight_bytes..."""
+
+    @property
+    def tokenizer(self) -> Tokenizer | None:
+        """Tokenizer used to build prompts and count tokens, if the engine has one."""
