@@ -1,0 +1,1 @@
+"""Hardware profiles: what a device could do (peak bandwidth, FLOP/s) and what it costs."""
