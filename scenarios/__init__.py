@@ -1,0 +1,1 @@
+"""llmperf's Hydra config tree (a package so that it installs with the project)."""
