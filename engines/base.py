@@ -74,6 +74,7 @@ class TokenEvent:
     error: str | None = None
     num_prompt_tokens: int | None = None  # known to the engine; sent on the final event
     num_output_tokens: int | None = None  # authoritative count (e.g. a usage chunk), final event
+    scheduled_s: float | None = None  # when the engine first scheduled the request (first event)
 
 
 @dataclass

@@ -1,0 +1,6 @@
+"""The reference engine: a Llama-architecture decoder in PyTorch (+ Triton) with
+interchangeable attention, batching, KV cache and precision."""
+
+from engines.reference.engine import GenerationOutput, ReferenceEngine
+
+__all__ = ["GenerationOutput", "ReferenceEngine"]

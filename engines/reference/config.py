@@ -29,7 +29,8 @@ class ModelConfig:
     rope_scaling: dict[str, Any] | None = None  # {"rope_type": "llama3", "factor": ...}
     max_position_embeddings: int = 2048
     tie_word_embeddings: bool = False
-    attention_bias: bool = False  # q/k/v biases (Qwen2)
+    attention_bias: bool = False  # q/k/v biases (Llama's flag, and Qwen2)
+    attention_out_bias: bool = False  # o_proj bias (Llama's attention_bias sets both; Qwen2 has none)
     mlp_bias: bool = False
     bos_token_id: int | None = 1
     eos_token_ids: tuple[int, ...] = (2,)
@@ -67,6 +68,8 @@ class ModelConfig:
         attn = h * (self.q_size + 2 * self.kv_size) + self.q_size * h
         if self.attention_bias:
             attn += self.q_size + 2 * self.kv_size
+        if self.attention_out_bias:
+            attn += h
         mlp = 3 * h * i + (2 * i + h if self.mlp_bias else 0)
         per_layer = attn + mlp + 2 * h  # two RMSNorm weights
         total = self.num_hidden_layers * per_layer + h  # final norm
@@ -97,10 +100,14 @@ class ModelConfig:
         return d
 
     def to_hf_dict(self) -> dict[str, Any]:
-        """A transformers LlamaConfig dict (v4 key form, which v5 also reads)."""
+        """A transformers config dict (v4 key form, which v5 also reads).
+
+        Llama's `attention_bias` covers q/k/v and o_proj; biases on q/k/v alone are Qwen2's.
+        """
+        qwen2 = self.attention_bias and not self.attention_out_bias
         return {
-            "architectures": ["LlamaForCausalLM"],
-            "model_type": "llama",
+            "architectures": ["Qwen2ForCausalLM" if qwen2 else "LlamaForCausalLM"],
+            "model_type": "qwen2" if qwen2 else "llama",
             "vocab_size": self.vocab_size,
             "hidden_size": self.hidden_size,
             "intermediate_size": self.intermediate_size,
@@ -155,6 +162,7 @@ class ModelConfig:
             max_position_embeddings=d.get("max_position_embeddings", 2048),
             tie_word_embeddings=d.get("tie_word_embeddings", False),
             attention_bias=d.get("attention_bias", model_type == "qwen2"),
+            attention_out_bias=model_type != "qwen2" and d.get("attention_bias", False),
             mlp_bias=d.get("mlp_bias", False),
             bos_token_id=d.get("bos_token_id"),
             eos_token_ids=eos_ids,

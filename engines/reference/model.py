@@ -1,0 +1,137 @@
+"""A Llama-architecture decoder over a packed batch of sequences.
+
+Module and parameter names mirror transformers' LlamaForCausalLM, so a Hugging
+Face state dict loads without renaming. The forward pass takes the tokens of
+every sequence in the step packed into one dimension (no padding); the
+attention backend finds each sequence's context in the KV cache through the
+step's `AttentionMetadata`.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from engines.reference.attention import AttentionBackend, AttentionMetadata
+from engines.reference.config import ModelConfig
+from engines.reference.rope import RotaryEmbedding
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, hidden_size: int, eps: float):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(hidden_size))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        dtype = x.dtype
+        x = x.float()
+        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * x.to(dtype)
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.num_heads = cfg.num_attention_heads
+        self.num_kv_heads = cfg.num_key_value_heads
+        self.head_dim = cfg.head_dim
+        self.scale = cfg.head_dim**-0.5
+        bias = cfg.attention_bias
+        self.q_proj = nn.Linear(cfg.hidden_size, cfg.q_size, bias=bias)
+        self.k_proj = nn.Linear(cfg.hidden_size, cfg.kv_size, bias=bias)
+        self.v_proj = nn.Linear(cfg.hidden_size, cfg.kv_size, bias=bias)
+        self.o_proj = nn.Linear(cfg.q_size, cfg.hidden_size, bias=cfg.attention_out_bias)
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        positions: torch.Tensor,
+        rotary: RotaryEmbedding,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+        meta: AttentionMetadata,
+        backend: AttentionBackend,
+    ) -> torch.Tensor:
+        num_tokens = x.shape[0]
+        q = self.q_proj(x).view(num_tokens, self.num_heads, self.head_dim)
+        k = self.k_proj(x).view(num_tokens, self.num_kv_heads, self.head_dim)
+        v = self.v_proj(x).view(num_tokens, self.num_kv_heads, self.head_dim)
+        q, k = rotary(q, k, positions)
+        store_kv(k_cache, v_cache, k, v, meta.slot_mapping)
+        out = backend(q, k_cache, v_cache, meta, self.scale)
+        return self.o_proj(out.reshape(num_tokens, -1))
+
+
+def store_kv(k_cache, v_cache, k, v, slot_mapping) -> None:
+    """Write the new tokens' K and V to their cache slots (block * block_size + offset)."""
+    num_kv_heads, head_dim = k_cache.shape[-2:]
+    k_cache.view(-1, num_kv_heads, head_dim).index_copy_(0, slot_mapping, k.to(k_cache.dtype))
+    v_cache.view(-1, num_kv_heads, head_dim).index_copy_(0, slot_mapping, v.to(v_cache.dtype))
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        h, i, bias = cfg.hidden_size, cfg.intermediate_size, cfg.mlp_bias
+        self.gate_proj = nn.Linear(h, i, bias=bias)
+        self.up_proj = nn.Linear(h, i, bias=bias)
+        self.down_proj = nn.Linear(i, h, bias=bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.self_attn = Attention(cfg)
+        self.mlp = MLP(cfg)
+        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+
+    def forward(self, x, positions, rotary, k_cache, v_cache, meta, backend):
+        x = x + self.self_attn(self.input_layernorm(x), positions, rotary, k_cache, v_cache, meta, backend)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class LlamaModel(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        self.layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.num_hidden_layers))
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+
+
+class LlamaForCausalLM(nn.Module):
+    def __init__(self, cfg: ModelConfig, max_positions: int):
+        super().__init__()
+        self.config = cfg
+        self.max_positions = max_positions
+        self.model = LlamaModel(cfg)
+        self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+        if cfg.tie_word_embeddings:
+            self.lm_head.weight = self.model.embed_tokens.weight
+        self.rotary = RotaryEmbedding(cfg, max_positions)
+
+    def reset_rotary(self) -> None:
+        """Recompute the RoPE tables (after the model leaves the meta device)."""
+        device = self.lm_head.weight.device
+        self.rotary = RotaryEmbedding(self.config, self.max_positions).to(device)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,  # [num_tokens]
+        positions: torch.Tensor,  # [num_tokens]
+        kv_caches: list[tuple[torch.Tensor, torch.Tensor]],
+        meta: AttentionMetadata,
+        backend: AttentionBackend,
+        logits_indices: torch.Tensor | None = None,  # rows whose logits are wanted; None: all
+    ) -> torch.Tensor:
+        x = self.model.embed_tokens(input_ids)
+        for layer, (k_cache, v_cache) in zip(self.model.layers, kv_caches, strict=True):
+            x = layer(x, positions, self.rotary, k_cache, v_cache, meta, backend)
+        if logits_indices is not None:
+            x = x[logits_indices]
+        return self.lm_head(self.model.norm(x)).float()
