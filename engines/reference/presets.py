@@ -110,14 +110,15 @@ PRESETS: dict[str, dict] = {
     ),
 }
 
-# Parameter counts as their model cards state them (tests hold presets to these).
-PUBLISHED_PARAMS: dict[str, float] = {
-    "smollm2-135m": 135e6,
-    "qwen2.5-0.5b": 0.49e9,
-    "llama-3.2-1b": 1.24e9,
-    "llama-3.2-3b": 3.21e9,
-    "llama-3.1-8b": 8.03e9,
-    "llama-3.1-70b": 70.6e9,
+# Parameter counts as their model cards state them, with half a unit of the last
+# digit given (the rounding); tests hold presets to these.
+PUBLISHED_PARAMS: dict[str, tuple[float, float]] = {
+    "smollm2-135m": (135e6, 0.5e6),
+    "qwen2.5-0.5b": (0.49e9, 0.005e9),
+    "llama-3.2-1b": (1.24e9, 0.005e9),
+    "llama-3.2-3b": (3.21e9, 0.005e9),
+    "llama-3.1-8b": (8.03e9, 0.005e9),
+    "llama-3.1-70b": (70.6e9, 0.05e9),
 }
 
 
