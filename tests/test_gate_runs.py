@@ -125,3 +125,14 @@ def test_invalid_and_interrupted_runs_are_noted(tmp_path):
     assert validity_notes(job) == [f"{job.path}: the run was interrupted"]
     [job] = load_jobs(write_run(tmp_path / "good", summary()))
     assert validity_notes(job) == []
+
+
+def test_corrupt_steps_and_overrides_are_usage_errors(tmp_path):
+    run = write_run(tmp_path / "run", summary(), steps=STATIC_STEPS)
+    (run / "steps.jsonl").write_text(json.dumps(STATIC_STEPS[0]) + "\n[1, 2]\n")
+    with pytest.raises(GateError, match=r"steps.jsonl:2: not a JSON object"):
+        evaluate(MetricSpec.parse("steps.count"), load_jobs(run), run)
+    (run / ".hydra").mkdir()
+    (run / ".hydra" / "overrides.yaml").write_text("- a=1\n  - : [\n")
+    with pytest.raises(GateError, match=r"overrides.yaml: not valid YAML"):
+        load_jobs(run)

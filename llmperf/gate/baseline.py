@@ -85,7 +85,7 @@ class Baseline:
         if not path.is_file():
             raise GateError(f"baseline not found: {path} (write one with --update)")
         try:
-            return cls.from_dict(json.loads(path.read_text()))
+            return cls.from_dict(json.loads(path.read_text(encoding="utf-8")))
         except json.JSONDecodeError as e:
             raise GateError(f"baseline {path}: not valid JSON ({e.msg} at line {e.lineno})") from None
         except GateError as e:
@@ -93,7 +93,7 @@ class Baseline:
 
     def save(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(self.to_dict(), indent=2) + "\n")
+        path.write_text(json.dumps(self.to_dict(), indent=2) + "\n", encoding="utf-8")
 
 
 def provenance(repeats: list[tuple[Path, list[Job]]]) -> dict[str, Any]:

@@ -52,7 +52,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return run(args)
-    except GateError as e:
+    except (GateError, OSError) as e:  # OSError: an unreadable folder, an unwritable file
         print(f"llmperf-gate: error: {e}", file=sys.stderr)
         return EXIT_USAGE
 
@@ -77,8 +77,8 @@ def run(args: argparse.Namespace) -> int:
     warnings += provenance_mismatches(old.source, repeats[0][1][0])
     print(console_table(results, warnings))
     if args.markdown:
-        args.markdown.write_text(markdown(results, warnings, str(args.baseline), old,
-                                          [str(p) for p in args.current]))
+        write_text(args.markdown, markdown(results, warnings, str(args.baseline), old,
+                                           [str(p) for p in args.current]))
     return EXIT_REGRESSION if any(r.is_regression for r in results) else EXIT_PASS
 
 
@@ -112,6 +112,11 @@ def write_baseline(args: argparse.Namespace, metrics: list[tuple[MetricSpec, Tol
     done = f"wrote {args.baseline}: {len(entries)} metrics from {len(repeats)} repeats"
     print("\n".join([table, *(f"warning: {w}" for w in warnings), done]))
     if args.markdown:
-        args.markdown.write_text(f"### llmperf-gate: baseline updated\n\n{done}.\n\n"
-                                 f"```\n{table}\n```\n")
+        write_text(args.markdown, f"### llmperf-gate: baseline updated\n\n{done}.\n\n"
+                                  f"```\n{table}\n```\n")
     return EXIT_PASS
+
+
+def write_text(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")

@@ -40,7 +40,7 @@ def rows(results: Sequence[MetricResult]) -> list[list[str]]:
 
 def console_table(results: Sequence[MetricResult], warnings: Sequence[str]) -> str:
     lines = _aligned([list(COLUMNS), *rows(results)])
-    lines.insert(1, "-" * len(lines[0]))
+    lines.insert(1, "-" * max(map(len, lines)))
     lines += [f"warning: {w}" for w in warnings]
     lines.append(headline(results))
     return "\n".join(lines)

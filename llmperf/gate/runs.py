@@ -76,7 +76,7 @@ def _load_job(path: Path) -> Job:
 
 def _read_json(path: Path) -> Any:
     try:
-        return json.loads(path.read_text())
+        return json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as e:
         raise GateError(f"{path}: not valid JSON ({e.msg} at line {e.lineno})") from None
 
@@ -85,7 +85,10 @@ def _read_overrides(path: Path) -> dict[str, str]:
     """key -> value of the job's Hydra overrides (`+key=v` and `++key=v` count as `key=v`)."""
     file = path / ".hydra" / "overrides.yaml"
     if file.is_file():
-        items = yaml.safe_load(file.read_text()) or []
+        try:
+            items = yaml.safe_load(file.read_text(encoding="utf-8")) or []
+        except yaml.YAMLError:
+            raise GateError(f"{file}: not valid YAML") from None
     elif "=" in path.name:
         items = path.name.split(",")
     else:
@@ -102,13 +105,16 @@ def _read_steps(path: Path) -> list[dict]:
     if not path.is_file():
         raise GateError(f"steps metrics need {path}, which is missing")
     steps = []
-    for n, line in enumerate(path.read_text().splitlines(), 1):
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
         if not line.strip():
             continue
         try:
-            steps.append(json.loads(line))
+            record = json.loads(line)
         except json.JSONDecodeError:
-            raise GateError(f"{path}:{n}: not valid JSON") from None
+            record = None
+        if not isinstance(record, dict):
+            raise GateError(f"{path}:{n}: not a JSON object")
+        steps.append(record)
     if not steps:
         raise GateError(f"{path} holds no steps")
     return steps
