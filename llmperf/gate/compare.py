@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from statistics import median
-from typing import Any
 
 from llmperf.gate.errors import GateError
 from llmperf.gate.metrics import HIGHER, MetricSpec, Tolerance
@@ -40,20 +39,6 @@ class MetricResult:
     @property
     def is_regression(self) -> bool:
         return self.verdict == REGRESSION
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "metric": self.spec.name,
-            "direction": self.spec.direction,
-            "tolerance": self.tolerance.text(self.spec.direction),
-            "baseline": list(self.baseline),
-            "current": list(self.current),
-            "change": self.change.point,
-            "change_low": self.change.low,
-            "change_high": self.change.high,
-            "change_is_relative": self.change.relative,
-            "verdict": self.verdict,
-        }
 
 
 def judge(spec: MetricSpec, tolerance: Tolerance, baseline: Sequence[float],
