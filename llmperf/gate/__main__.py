@@ -1,0 +1,3 @@
+from llmperf.gate.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,122 @@
+"""`llmperf-gate`: gate a run (or sweep) against a committed baseline; exit 0 pass, 1 regression,
+2 usage error."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from llmperf.gate.baseline import (
+    Baseline,
+    BaselineEntry,
+    now_iso,
+    provenance,
+    provenance_mismatches,
+)
+from llmperf.gate.compare import judge
+from llmperf.gate.errors import GateError
+from llmperf.gate.metrics import DEFAULT_TOLERANCE, MetricSpec, Tolerance, parse_metric_arg
+from llmperf.gate.render import baseline_table, console_table, markdown
+from llmperf.gate.runs import Job, evaluate, load_jobs, validity_notes
+
+EXIT_PASS, EXIT_REGRESSION, EXIT_USAGE = 0, 1, 2
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        # One line like every other usage error of the gate, not usage + message.
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="llmperf-gate",
+                description="Compare a run's or sweep's figures with a committed baseline.")
+    p.add_argument("--baseline", required=True, type=Path, metavar="FILE",
+                   help="baseline JSON, e.g. reports/baselines/ci-cpu.json")
+    p.add_argument("--current", required=True, action="append", type=Path, metavar="DIR",
+                   help="run or sweep folder; give the flag once per repeat")
+    p.add_argument("--metric", action="append", default=[], metavar="NAME[:TOL]",
+                   help="metric to gate, e.g. output_throughput_tps:-5%% or ttft_s.p99:+10%% or"
+                        " output_throughput_tps@engine.batching=continuous/engine.batching=static"
+                        ":-10%%; default: the baseline's metrics and tolerances")
+    p.add_argument("--markdown", type=Path, metavar="FILE",
+                   help="also write the verdict as markdown (for a CI comment)")
+    p.add_argument("--update", action="store_true",
+                   help="write the baseline from the current figures (all repeats) instead")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return run(args)
+    except (GateError, OSError) as e:  # OSError: an unreadable folder, an unwritable file
+        print(f"llmperf-gate: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+def run(args: argparse.Namespace) -> int:
+    old = None if args.update and not args.baseline.exists() else Baseline.load(args.baseline)
+    metrics = chosen_metrics(args.metric, old)
+    repeats = [(path, load_jobs(path)) for path in args.current]
+    current = {spec.name: [evaluate(spec, jobs, path) for path, jobs in repeats]
+               for spec, _ in metrics}
+    warnings = [note for _, jobs in repeats for job in jobs for note in validity_notes(job)]
+    if args.update:
+        return write_baseline(args, metrics, current, repeats, warnings)
+
+    results = []
+    for spec, tolerance in metrics:
+        entry = old.entries.get(spec.name)
+        if entry is None:
+            raise GateError(f"baseline {args.baseline} has no values for {spec.name};"
+                            " record them with --update")
+        results.append(judge(spec, tolerance, entry.values, current[spec.name]))
+    warnings += provenance_mismatches(old.source, repeats[0][1][0])
+    print(console_table(results, warnings))
+    if args.markdown:
+        write_text(args.markdown, markdown(results, warnings, str(args.baseline), old,
+                                           [str(p) for p in args.current]))
+    return EXIT_REGRESSION if any(r.is_regression for r in results) else EXIT_PASS
+
+
+def chosen_metrics(metric_args: list[str], old: Baseline | None
+                   ) -> list[tuple[MetricSpec, Tolerance]]:
+    """--metric in the order given, tolerances from the flag, else the baseline, else 5%."""
+    if not metric_args:
+        if old is None or not old.entries:
+            raise GateError("no metrics to gate: give --metric NAME[:TOLERANCE]"
+                            " (e.g. output_throughput_tps:-5%)")
+        return [(e.spec, e.tolerance) for e in old.entries.values()]
+    chosen: dict[str, tuple[MetricSpec, Tolerance]] = {}
+    for text in metric_args:
+        spec, tolerance = parse_metric_arg(text)
+        if spec.name in chosen:
+            raise GateError(f"metric {spec.name!r} is given twice")
+        if tolerance is None:
+            entry = old.entries.get(spec.name) if old else None
+            tolerance = entry.tolerance if entry else DEFAULT_TOLERANCE
+        chosen[spec.name] = (spec, tolerance)
+    return list(chosen.values())
+
+
+def write_baseline(args: argparse.Namespace, metrics: list[tuple[MetricSpec, Tolerance]],
+                   current: dict[str, list[float]], repeats: list[tuple[Path, list[Job]]],
+                   warnings: list[str]) -> int:
+    entries = {spec.name: BaselineEntry(spec, tol, current[spec.name]) for spec, tol in metrics}
+    baseline = Baseline(entries, provenance(repeats), now_iso())
+    baseline.save(args.baseline)
+    table = baseline_table(baseline)
+    done = f"wrote {args.baseline}: {len(entries)} metrics from {len(repeats)} repeats"
+    print("\n".join([table, *(f"warning: {w}" for w in warnings), done]))
+    if args.markdown:
+        write_text(args.markdown, f"### llmperf-gate: baseline updated\n\n{done}.\n\n"
+                                  f"```\n{table}\n```\n")
+    return EXIT_PASS
+
+
+def write_text(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")

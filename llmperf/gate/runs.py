@@ -1,0 +1,190 @@
+"""Reading run and sweep folders, and evaluating a metric on them.
+
+A run folder holds summary.json (and maybe steps.jsonl). A sweep folder (a Hydra multirun)
+holds one run folder per job; the job's overrides come from its .hydra/overrides.yaml, or
+from the folder name (Hydra's override_dirname) when that file is missing. sweep.csv is
+not read: a sweep cut short has none, and the job folders hold everything.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from llmperf.gate.errors import GateError
+from llmperf.gate.metrics import STEP_METRICS, MetricSpec, Selector
+
+SCHEMA_VERSION = 1
+
+
+@dataclass
+class Job:
+    """One run: its folder, its summary and the overrides that tell it apart in a sweep."""
+
+    path: Path
+    summary: dict[str, Any]
+    overrides: dict[str, str] = field(default_factory=dict)
+    _steps: list[dict] | None = field(default=None, init=False, repr=False)
+
+    @property
+    def label(self) -> str:
+        return ",".join(f"{k}={v}" for k, v in self.overrides.items()) or self.path.name
+
+    def steps(self) -> list[dict]:
+        if self._steps is None:
+            self._steps = _read_steps(self.path / "steps.jsonl")
+        return self._steps
+
+    def matches(self, selector: Selector) -> bool:
+        return all(_same_value(self._lookup(key), value) for key, value in selector)
+
+    def _lookup(self, key: str) -> Any:
+        if key in self.overrides:
+            return self.overrides[key]
+        node: Any = self.summary
+        for part in key.split("."):
+            if not isinstance(node, dict) or part not in node:
+                return None
+            node = node[part]
+        return node
+
+
+def load_jobs(path: Path) -> list[Job]:
+    """The jobs of a run folder (one) or a sweep folder (one per subfolder with a summary)."""
+    if not path.is_dir():
+        raise GateError(f"run folder not found: {path}")
+    if (path / "summary.json").is_file():
+        return [_load_job(path)]
+    jobs = [_load_job(p) for p in sorted(path.iterdir()) if (p / "summary.json").is_file()]
+    if not jobs:
+        raise GateError(f"no summary.json in {path} or its subfolders: not a run or sweep folder")
+    return jobs
+
+
+def _load_job(path: Path) -> Job:
+    summary = _read_json(path / "summary.json")
+    version = summary.get("schema_version") if isinstance(summary, dict) else None
+    if version != SCHEMA_VERSION:
+        raise GateError(f"{path / 'summary.json'}: schema_version {version!r},"
+                        f" this gate reads {SCHEMA_VERSION}")
+    return Job(path, summary, _read_overrides(path))
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise GateError(f"{path}: not valid JSON ({e.msg} at line {e.lineno})") from None
+
+
+def _read_overrides(path: Path) -> dict[str, str]:
+    """key -> value of the job's Hydra overrides (`+key=v` and `++key=v` count as `key=v`)."""
+    file = path / ".hydra" / "overrides.yaml"
+    if file.is_file():
+        try:
+            items = yaml.safe_load(file.read_text(encoding="utf-8")) or []
+        except yaml.YAMLError:
+            raise GateError(f"{file}: not valid YAML") from None
+    elif "=" in path.name:
+        items = path.name.split(",")
+    else:
+        items = []
+    overrides = {}
+    for item in items:
+        key, eq, value = str(item).partition("=")
+        if eq and not key.startswith("~"):
+            overrides[key.lstrip("+")] = value
+    return overrides
+
+
+def _read_steps(path: Path) -> list[dict]:
+    if not path.is_file():
+        raise GateError(f"steps metrics need {path}, which is missing")
+    steps = []
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            record = None
+        if not isinstance(record, dict):
+            raise GateError(f"{path}:{n}: not a JSON object")
+        steps.append(record)
+    if not steps:
+        raise GateError(f"{path} holds no steps")
+    return steps
+
+
+def _same_value(actual: Any, wanted: str) -> bool:
+    if actual is None:
+        return False
+    try:
+        return float(actual) == float(wanted)
+    except (TypeError, ValueError):
+        return str(actual).lower() == wanted.lower()
+
+
+def select_job(jobs: list[Job], selector: Selector | None, spec: MetricSpec, where: Path) -> Job:
+    """The one job a selector names (no selector: the only job)."""
+    if selector is None:
+        if len(jobs) == 1:
+            return jobs[0]
+        raise GateError(f"{where} holds {len(jobs)} jobs; pick one with {spec.base}@key=value"
+                        f" (jobs: {'; '.join(j.label for j in jobs)})")
+    found = [j for j in jobs if j.matches(selector)]
+    wanted = ",".join(f"{k}={v}" for k, v in selector)
+    if not found:
+        raise GateError(f"no job in {where} matches {wanted}"
+                        f" (jobs: {'; '.join(j.label for j in jobs)})")
+    if len(found) > 1:
+        raise GateError(f"{len(found)} jobs in {where} match {wanted}; add keys to tell them"
+                        f" apart (matching: {'; '.join(j.label for j in found)})")
+    return found[0]
+
+
+def job_value(job: Job, base: str) -> float:
+    """The figure `base` of one job."""
+    if base in STEP_METRICS:
+        steps = job.steps()
+        try:
+            return STEP_METRICS[base][1](steps)
+        except KeyError as e:
+            raise GateError(f"{job.path / 'steps.jsonl'}: a step lacks {e.args[0]!r}") from None
+    node: Any = job.summary
+    for part in base.split("."):
+        if not isinstance(node, dict) or part not in node:
+            raise GateError(f"{job.path / 'summary.json'} has no {base!r} (schema mismatch?)")
+        node = node[part]
+    if isinstance(node, bool) or not isinstance(node, (int, float)):
+        raise GateError(f"{job.path / 'summary.json'}: {base} is {node!r}, not a number")
+    return float(node)
+
+
+def evaluate(spec: MetricSpec, jobs: list[Job], where: Path) -> float:
+    """The metric's value in one run or sweep: a job's figure, or the ratio of two jobs'."""
+    job = select_job(jobs, spec.job, spec, where)
+    if spec.over_job is None:
+        return job_value(job, spec.base)
+    over_job = select_job(jobs, spec.over_job, spec, where)
+    if over_job is job:
+        raise GateError(f"{spec.name}: both sides of the ratio pick the same job in {where}")
+    over = job_value(over_job, spec.base)
+    if over == 0:
+        raise GateError(f"{spec.name}: the denominator job's {spec.base} is 0 in {where}")
+    return job_value(job, spec.base) / over
+
+
+def validity_notes(job: Job) -> list[str]:
+    """Why a run's figures deserve less trust: interrupted, or failed validity checks."""
+    if job.summary.get("interrupted"):
+        return [f"{job.path}: the run was interrupted"]
+    if job.summary.get("valid") is not False:
+        return []
+    failed = [f"{c.get('check')} ({c.get('detail')})" if c.get("detail") else str(c.get("check"))
+              for c in job.summary.get("validity", []) if isinstance(c, dict) and not c.get("ok")]
+    return [f"{job.path}: the run is not valid: {'; '.join(failed) or 'no reason recorded'}"]

@@ -1,0 +1,75 @@
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from llmperf.gate.baseline import Baseline, provenance, provenance_mismatches
+from llmperf.gate.cli import main
+from llmperf.gate.errors import GateError
+from llmperf.gate.runs import load_jobs
+from tests.test_gate_support import summary, write_run
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _baseline(**changes) -> dict:
+    d = {"kind": "llmperf-gate-baseline", "schema_version": 1, "created": "", "source": {},
+         "metrics": {"output_throughput_tps": {"tolerance": "-5%", "values": [100.0]}}}
+    d.update(changes)
+    return d
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"kind": "something-else"}, "not an llmperf-gate baseline"),
+    ({"schema_version": 2}, "baseline schema_version 2, this gate reads 1"),
+    ({"metrics": [1, 2]}, "'metrics' must map metric names"),
+    ({"metrics": {"output_throughput_tps": {"tolerance": "-5%", "values": []}}},
+     "needs a non-empty list of numbers"),
+    ({"metrics": {"tokens_per_s": {"tolerance": "-5%", "values": [1.0]}}},
+     "unknown metric 'tokens_per_s'"),
+    ({"metrics": {"ttft_s.p99": {"tolerance": "-5%", "values": [1.0]}}},
+     "points the wrong way"),
+])
+def test_foreign_or_broken_baselines_are_schema_errors(tmp_path, changes, message):
+    path = tmp_path / "b.json"
+    path.write_text(json.dumps(_baseline(**changes)))
+    with pytest.raises(GateError, match=f"^baseline {path}: .*{message}"):
+        Baseline.load(path)
+
+
+def test_baseline_survives_a_save_and_load(tmp_path):
+    original = Baseline.from_dict(_baseline(source={"git_commit": "abc"}, created="2025-01-01"))
+    original.save(tmp_path / "deep" / "b.json")
+    loaded = Baseline.load(tmp_path / "deep" / "b.json")
+    assert loaded.to_dict() == original.to_dict()
+    assert loaded.to_dict()["metrics"]["output_throughput_tps"]["direction"] == "higher"
+
+
+def test_origin_falls_back_to_the_checkout_commit(tmp_path, monkeypatch):
+    run = write_run(tmp_path / "run", summary())
+    monkeypatch.chdir(ROOT)
+    head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
+                          cwd=ROOT).stdout.strip()
+    source = provenance([(run, load_jobs(run))])
+    assert source["git_commit"] == head
+    assert source["hardware"] == {"name": "cpu", "kind": "cpu"}
+    assert "jobs" not in source
+
+
+def test_a_different_model_or_invalid_run_is_warned_about(tmp_path, capsys):
+    baseline = tmp_path / "b.json"
+    main(["--baseline", str(baseline), "--current", str(write_run(tmp_path / "a", summary())),
+          "--update", "--metric", "output_throughput_tps:-5%"])
+    other = write_run(tmp_path / "b", summary(model={"name": "llama-3.2-1b"}, valid=False,
+                                              validity=[{"check": "min_completed", "ok": False,
+                                                         "detail": "3 < 10"}]))
+    assert provenance_mismatches(Baseline.load(baseline).source, load_jobs(other)[0]) == [
+        "the baseline's model is 'tiny', the current run's is 'llama-3.2-1b'"]
+    capsys.readouterr()
+    md = tmp_path / "gate.md"
+    assert main(["--baseline", str(baseline), "--current", str(other), "--markdown", str(md)]) == 0
+    out = capsys.readouterr().out
+    assert f"warning: {other}: the run is not valid: min_completed (3 < 10)" in out
+    assert "warning: the baseline's model is 'tiny', the current run's is 'llama-3.2-1b'" in out
+    assert "> ⚠️ the baseline's model is 'tiny'" in md.read_text()
