@@ -137,3 +137,44 @@ def test_unsupported_checkpoint_is_refused_with_the_reason(tmp_path):
         ReferenceEngine(model="./no/such/folder")
     with pytest.raises(ValueError, match="valid: tiny"):
         ReferenceEngine(model="llama-9")
+
+
+@pytest.mark.parametrize("preset_kw", [{}, {"tie": True}])
+def test_saved_preset_loads_in_transformers_with_the_same_logits(tmp_path, preset_kw):
+    from transformers import AutoModelForCausalLM
+
+    from engines.reference.weights import save_checkpoint
+
+    eng = ReferenceEngine(model="tiny", seed=5)
+    if preset_kw:
+        eng.config.tie_word_embeddings = True
+        eng.model.lm_head.weight = eng.model.model.embed_tokens.weight
+    save_checkpoint(eng.model, tmp_path)
+    hf = AutoModelForCausalLM.from_pretrained(tmp_path).eval()
+    ids = list(range(3, 40))
+    with torch.no_grad():
+        expected = hf(torch.tensor([ids])).logits[0]
+    assert (eng.logits(ids) - expected).abs().max().item() < 1e-4
+    again = ReferenceEngine(model=str(tmp_path))
+    assert torch.equal(again.logits(ids), eng.logits(ids))
+
+
+def test_qwen_style_biases_round_trip_through_transformers(tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    from engines.reference.config import ModelConfig
+    from engines.reference.weights import build_meta_model, materialize, save_checkpoint
+
+    cfg = ModelConfig(
+        vocab_size=300, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, attention_bias=True, tie_word_embeddings=True,
+    )
+    model = materialize(build_meta_model(cfg, 64), None, torch.float32, torch.device("cpu"), seed=1)
+    save_checkpoint(model, tmp_path)
+    hf = AutoModelForCausalLM.from_pretrained(tmp_path).eval()
+    assert type(hf).__name__ == "Qwen2ForCausalLM"
+    eng = ReferenceEngine(model=str(tmp_path))
+    ids = list(range(3, 30))
+    with torch.no_grad():
+        expected = hf(torch.tensor([ids])).logits[0]
+    assert (eng.logits(ids) - expected).abs().max().item() < 1e-4

@@ -1,7 +1,8 @@
 """A Llama-architecture decoder over a packed batch of sequences.
 
-Module and parameter names mirror transformers' LlamaForCausalLM, so a Hugging
-Face state dict loads without renaming. The forward pass takes the tokens of
+Module and parameter names mirror transformers' LlamaForCausalLM, except that
+q/k/v and gate/up projections are stacked into one matmul each (`qkv_proj`,
+`gate_up_proj`); engines.reference.weights maps checkpoint names both ways. The forward pass takes the tokens of
 every sequence in the step packed into one dimension (no padding); the
 attention backend finds each sequence's context in the KV cache through the
 step's `AttentionMetadata`.
@@ -38,10 +39,9 @@ class Attention(nn.Module):
         self.num_kv_heads = cfg.num_key_value_heads
         self.head_dim = cfg.head_dim
         self.scale = cfg.head_dim**-0.5
-        bias = cfg.attention_bias
-        self.q_proj = nn.Linear(cfg.hidden_size, cfg.q_size, bias=bias)
-        self.k_proj = nn.Linear(cfg.hidden_size, cfg.kv_size, bias=bias)
-        self.v_proj = nn.Linear(cfg.hidden_size, cfg.kv_size, bias=bias)
+        self.q_size, self.kv_size = cfg.q_size, cfg.kv_size
+        # q, k and v in one matmul: one read of the input, one larger GEMV.
+        self.qkv_proj = nn.Linear(cfg.hidden_size, cfg.q_size + 2 * cfg.kv_size, bias=cfg.attention_bias)
         self.o_proj = nn.Linear(cfg.q_size, cfg.hidden_size, bias=cfg.attention_out_bias)
 
     def forward(
@@ -55,9 +55,10 @@ class Attention(nn.Module):
         backend: AttentionBackend,
     ) -> torch.Tensor:
         num_tokens = x.shape[0]
-        q = self.q_proj(x).view(num_tokens, self.num_heads, self.head_dim)
-        k = self.k_proj(x).view(num_tokens, self.num_kv_heads, self.head_dim)
-        v = self.v_proj(x).view(num_tokens, self.num_kv_heads, self.head_dim)
+        q, k, v = self.qkv_proj(x).split([self.q_size, self.kv_size, self.kv_size], dim=-1)
+        q = q.reshape(num_tokens, self.num_heads, self.head_dim)
+        k = k.reshape(num_tokens, self.num_kv_heads, self.head_dim)
+        v = v.reshape(num_tokens, self.num_kv_heads, self.head_dim)
         q, k = rotary(q, k, positions)
         store_kv(k_cache, v_cache, k, v, meta.slot_mapping)
         out = backend(q, k_cache, v_cache, meta, self.scale)
@@ -75,12 +76,12 @@ class MLP(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         h, i, bias = cfg.hidden_size, cfg.intermediate_size, cfg.mlp_bias
-        self.gate_proj = nn.Linear(h, i, bias=bias)
-        self.up_proj = nn.Linear(h, i, bias=bias)
+        self.gate_up_proj = nn.Linear(h, 2 * i, bias=bias)  # gate and up stacked
         self.down_proj = nn.Linear(i, h, bias=bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
+        return self.down_proj(F.silu(gate) * up)
 
 
 class DecoderLayer(nn.Module):
