@@ -128,7 +128,8 @@ class ReferenceEngine:
         self.options["num_kv_blocks"] = self.kv.num_blocks
         self.options["max_model_len"] = self.max_model_len
         self.scheduler = build_scheduler(batching, self.kv, sched_opts)
-        self.runner = ModelRunner(self.model, self.kv, self.backend, self.device)
+        kv_layers = [self.kv.layer(i) for i in range(self.config.num_hidden_layers)]
+        self.runner = ModelRunner(self.model, kv_layers, self.kv.block_size, self.backend, self.device)
 
         self._lock = threading.Condition()  # guards the inbox, aborts and the flags below
         self._inbox: list[Sequence] = []

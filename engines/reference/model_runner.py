@@ -1,83 +1,112 @@
-"""Turns a scheduled step into tensors, runs the model, returns the logits it needs."""
+"""Turns a scheduled step into tensors, runs the model, returns the logits it needs.
+
+`prepare` (on the scheduling process) reduces a step to plain lists; `execute`
+(on every tensor-parallel rank) turns them into tensors and runs the forward.
+"""
 
 from __future__ import annotations
+
+from dataclasses import dataclass, field
 
 import torch
 
 from engines.reference.attention import AttentionBackend, AttentionMetadata
-from engines.reference.kv_cache import NULL_BLOCK, KVCache
+from engines.reference.kv_cache import NULL_BLOCK
 from engines.reference.model import LlamaForCausalLM
 from engines.reference.scheduler import ScheduledSeq
 
 
+@dataclass
+class StepInputs:
+    input_ids: list[int] = field(default_factory=list)
+    positions: list[int] = field(default_factory=list)
+    slots: list[int] = field(default_factory=list)
+    query_lens: list[int] = field(default_factory=list)
+    seq_lens: list[int] = field(default_factory=list)
+    block_tables: list[list[int]] = field(default_factory=list)
+    logits_rows: list[int] = field(default_factory=list)
+
+
 class ModelRunner:
-    def __init__(self, model: LlamaForCausalLM, kv: KVCache, backend: AttentionBackend, device: torch.device):
+    def __init__(
+        self,
+        model: LlamaForCausalLM,
+        kv_layers: list[tuple[torch.Tensor, torch.Tensor]],
+        block_size: int,
+        backend: AttentionBackend,
+        device: torch.device,
+        broadcast=None,  # callable(StepInputs) sending the step to the other ranks
+    ):
         self.model = model
-        self.kv = kv
+        self.kv_layers = kv_layers
+        self.block_size = block_size
         self.backend = backend
         self.device = device
-        self.kv_layers = [kv.layer(i) for i in range(model.config.num_hidden_layers)]
+        self.broadcast = broadcast
 
-    @torch.inference_mode()
     def run(self, scheduled: list[ScheduledSeq], all_logits: bool = False) -> tuple[torch.Tensor, list[int]]:
-        """Forward one step. Returns logits for the sequences to sample and their indices in `scheduled`.
+        """Forward one step. Returns logits for the sequences to sample and their indices in `scheduled`."""
+        inputs, sampled = self.prepare(scheduled, all_logits)
+        if self.broadcast is not None:
+            self.broadcast(inputs)
+        return self.execute(inputs), sampled
 
-        A sequence is sampled when the step computes its last known token; a
-        prefill chunk that stops short of that, and padding, are not.
-        """
-        input_ids: list[int] = []
-        positions: list[int] = []
-        slots: list[int] = []
-        query_lens: list[int] = []
-        seq_lens: list[int] = []
-        tables: list[list[int]] = []
-        logits_rows: list[int] = []
+    def prepare(self, scheduled: list[ScheduledSeq], all_logits: bool = False) -> tuple[StepInputs, list[int]]:
+        """A sequence is sampled when the step computes its last known token; a
+        prefill chunk that stops short of that, and padding, are not."""
+        x = StepInputs()
         sampled: list[int] = []
-        bs = self.kv.block_size
+        bs = self.block_size
         for i, s in enumerate(scheduled):
             seq, n = s.seq, s.num_new_tokens
             if s.is_padding:
+                # A finished member of a static batch: real work on its context, result unused,
+                # its K/V written to the null block.
                 ctx = seq.num_computed_tokens
-                input_ids.append(seq.all_token_ids[-1])
-                positions.append(max(ctx - 1, 0))
-                slots.append(NULL_BLOCK * bs)
-                query_lens.append(1)
-                seq_lens.append(max(ctx, 1))
-                tables.append(seq.block_table or [NULL_BLOCK])
+                x.input_ids.append(seq.all_token_ids[-1])
+                x.positions.append(max(ctx - 1, 0))
+                x.slots.append(NULL_BLOCK * bs)
+                x.query_lens.append(1)
+                x.seq_lens.append(max(ctx, 1))
+                x.block_tables.append(seq.block_table or [NULL_BLOCK])
                 continue
             start = seq.num_computed_tokens
-            input_ids += seq.all_token_ids[start : start + n]
-            positions += range(start, start + n)
+            x.input_ids += seq.all_token_ids[start : start + n]
+            x.positions += range(start, start + n)
             table = seq.block_table
-            slots += [table[p // bs] * bs + p % bs for p in range(start, start + n)]
-            query_lens.append(n)
-            seq_lens.append(start + n)
-            tables.append(table)
+            x.slots += [table[p // bs] * bs + p % bs for p in range(start, start + n)]
+            x.query_lens.append(n)
+            x.seq_lens.append(start + n)
+            x.block_tables.append(table)
             if all_logits:
-                logits_rows += range(len(input_ids) - n, len(input_ids))
+                x.logits_rows += range(len(x.input_ids) - n, len(x.input_ids))
             elif start + n == seq.num_tokens:
-                logits_rows.append(len(input_ids) - 1)
+                x.logits_rows.append(len(x.input_ids) - 1)
                 sampled.append(i)
-        meta = self._metadata(query_lens, seq_lens, tables, slots)
-        ids = torch.tensor(input_ids, dtype=torch.long, device=self.device)
-        pos = torch.tensor(positions, dtype=torch.long, device=self.device)
-        rows = torch.tensor(logits_rows, dtype=torch.long, device=self.device)
-        logits = self.model(ids, pos, self.kv_layers, meta, self.backend, rows)
-        return logits, sampled
+        return x, sampled
 
-    def _metadata(self, query_lens, seq_lens, tables, slots) -> AttentionMetadata:
-        width = max(len(t) for t in tables)
-        padded = [t + [NULL_BLOCK] * (width - len(t)) for t in tables]
+    @torch.inference_mode()
+    def execute(self, x: StepInputs) -> torch.Tensor:
+        dev = self.device
+        meta = self._metadata(x)
+        ids = torch.tensor(x.input_ids, dtype=torch.long, device=dev)
+        pos = torch.tensor(x.positions, dtype=torch.long, device=dev)
+        rows = torch.tensor(x.logits_rows, dtype=torch.long, device=dev)
+        return self.model(ids, pos, self.kv_layers, meta, self.backend, rows)
+
+    def _metadata(self, x: StepInputs) -> AttentionMetadata:
+        width = max(len(t) for t in x.block_tables)
+        padded = [t + [NULL_BLOCK] * (width - len(t)) for t in x.block_tables]
         cu = [0]
-        for n in query_lens:
+        for n in x.query_lens:
             cu.append(cu[-1] + n)
         dev = self.device
         return AttentionMetadata(
-            query_lens=query_lens,
-            seq_lens=seq_lens,
+            query_lens=x.query_lens,
+            seq_lens=x.seq_lens,
             cu_query_lens=torch.tensor(cu, dtype=torch.int32, device=dev),
-            seq_lens_t=torch.tensor(seq_lens, dtype=torch.int32, device=dev),
+            seq_lens_t=torch.tensor(x.seq_lens, dtype=torch.int32, device=dev),
             block_tables=torch.tensor(padded, dtype=torch.int32, device=dev),
-            slot_mapping=torch.tensor(slots, dtype=torch.long, device=dev),
-            block_size=self.kv.block_size,
+            slot_mapping=torch.tensor(x.slots, dtype=torch.long, device=dev),
+            block_size=self.block_size,
         )
