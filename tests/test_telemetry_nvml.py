@@ -11,8 +11,9 @@ import pynvml
 import pytest
 
 from llmperf.telemetry import Collector, SamplerUnavailable
+from llmperf.telemetry.devices import normalize_uuid
 from llmperf.telemetry.gpm import GPM_METRICS
-from llmperf.telemetry.nvml import FIELDS, NvmlSampler, normalize_uuid
+from llmperf.telemetry.nvml import FIELDS, NvmlSampler
 from llmperf.telemetry.sources import SAMPLERS
 from llmperf.telemetry.throttle import CLOCK_EVENT_REASONS
 
