@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from llmperf.telemetry import Collector, SamplerUnavailable
+from llmperf.telemetry import Collector, SamplerUnavailable, TelemetryConfig
 from llmperf.telemetry.sources import SAMPLERS
 
 
@@ -154,7 +154,7 @@ def test_a_failing_sampler_never_stops_the_others(stub_sources) -> None:
             "unknown telemetry source 'dcgm'; valid: auto, nvml, torch_cuda, process",
         ),
         ({"interval_s": 0}, "telemetry interval_s must be > 0, got 0"),
-        ({"device_indices": [-1]}, r"device_indices must be >= 0, got \[-1\]"),
+        ({"device_indices": [-1]}, r"telemetry device_indices must be >= 0, got \[-1\]"),
     ],
 )
 def test_bad_configuration_names_the_field(kwargs, message) -> None:
@@ -210,3 +210,10 @@ def test_collector_at_50ms_costs_under_3pct_of_throughput() -> None:
     ratio = statistics.median(with_collector) / statistics.median(without)
     print(f"throughput with collector / without: {ratio:.4f}")
     assert ratio > 0.97
+
+
+def test_a_collector_built_from_config_restarts_with_fresh_samples() -> None:
+    collector = Collector.from_config(TelemetryConfig(interval_s=10.0, source="process"))
+    assert collector.interval_s == 10.0
+    assert len(run_for(collector, 0.0)) == 2
+    assert len(run_for(collector, 0.0)) == 2  # not 4: a second run does not inherit the first's

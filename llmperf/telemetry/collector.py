@@ -9,8 +9,9 @@ import time
 from os import PathLike
 from typing import Any
 
+from llmperf.telemetry.config import TelemetryConfig
 from llmperf.telemetry.sample import Sample, Sampler
-from llmperf.telemetry.sources import open_samplers, validate_source
+from llmperf.telemetry.sources import open_samplers
 from llmperf.telemetry.summary import columns_of, summarize, validity_warnings
 
 
@@ -24,22 +25,14 @@ def _format(value: float | None) -> str:
 class Collector:
     """Samples telemetry every `interval_s` seconds between `start()` and `stop()`.
 
-    `source` is "auto" or a name in SAMPLERS (the process sampler always runs
-    too). `device_indices` are CUDA indices as this process sees them; None
-    means every visible device.
+    The arguments are TelemetryConfig's. A collector serves one run at a time;
+    starting it again starts a fresh set of samples.
     """
 
     def __init__(
         self, interval_s: float = 0.1, source: str = "auto", device_indices: list[int] | None = None
     ) -> None:
-        if not interval_s > 0:
-            raise ValueError(f"telemetry interval_s must be > 0, got {interval_s}")
-        validate_source(source)
-        if device_indices is not None and any(i < 0 for i in device_indices):
-            raise ValueError(f"device_indices must be >= 0, got {device_indices}")
-        self.interval_s = interval_s
-        self.source = source
-        self.device_indices = device_indices
+        self.config = TelemetryConfig(interval_s, source, device_indices)
         self.t0: float | None = None  # perf_counter() origin of the samples' timestamps
         self._samplers: list[Sampler] = []
         self._skipped: dict[str, str] = {}
@@ -47,6 +40,14 @@ class Collector:
         self._samples: list[Sample] = []
         self._stop_event = threading.Event()
         self._thread: threading.Thread | None = None
+
+    @classmethod
+    def from_config(cls, config: TelemetryConfig) -> Collector:
+        return cls(config.interval_s, config.source, config.device_indices)
+
+    @property
+    def interval_s(self) -> float:
+        return self.config.interval_s
 
     @property
     def sources_used(self) -> list[str]:
@@ -60,8 +61,11 @@ class Collector:
         """
         if self._thread is not None:
             raise RuntimeError("collector already started")
-        self._samplers, self._skipped = open_samplers(self.source, self.device_indices)
+        self._samplers, self._skipped = open_samplers(
+            self.config.source, self.config.device_indices
+        )
         self.t0 = time.perf_counter() if t0 is None else t0
+        self._samples, self._read_errors = [], {}
         self._stop_event.clear()
         self._thread = threading.Thread(target=self._run, name="llmperf-telemetry", daemon=True)
         self._thread.start()
@@ -96,7 +100,7 @@ class Collector:
             for sampler in self._samplers:
                 try:
                     sampler.close()
-                except Exception as e:  # noqa: BLE001 - closing must not end the run
+                except Exception as e:  # closing must not end the run
                     self._read_errors.setdefault(sampler.name, f"close failed: {e}")
 
     def _take_sample(self) -> None:
@@ -105,7 +109,7 @@ class Collector:
         for sampler in self._samplers:
             try:
                 values.update(sampler.read())
-            except Exception as e:  # noqa: BLE001 - a failing source never ends the run
+            except Exception as e:  # a failing source never ends the run
                 self._read_errors.setdefault(sampler.name, f"read failed: {e!r}")
         self._samples.append(Sample(timestamp_s, values))
 
@@ -125,9 +129,9 @@ class Collector:
         """'what: why' for every source skipped and every field dropped or failing."""
         notes = {**self._skipped}
         for sampler in self._samplers:
-            notes.update(
-                {f"{sampler.name}.{name}": why for name, why in sampler.unavailable.items()}
-            )
+            # list() copies in one step: the collector thread may be adding a dropped field.
+            dropped = list(sampler.unavailable.items())
+            notes.update({f"{sampler.name}.{name}": why for name, why in dropped})
         notes.update(self._read_errors)
         return [f"{what}: {why}" for what, why in sorted(notes.items())]
 

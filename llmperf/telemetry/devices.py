@@ -50,7 +50,7 @@ def _mig_handle(nvml: Any, uuid: str) -> Any:
     """A MIG instance is no whole GPU, so NVML only finds it by its own UUID."""
     try:
         return nvml.nvmlDeviceGetHandleByUUID(f"MIG-{normalize_uuid(uuid)}")
-    except Exception:  # noqa: BLE001 - not a MIG instance either: no handle
+    except Exception:  # not a MIG instance either: no handle
         return None
 
 

@@ -77,5 +77,5 @@ class GpmReader:
         for sample in (self._previous, self._current):
             try:
                 self._nvml.nvmlGpmSampleFree(sample)
-            except Exception:  # noqa: BLE001 - freeing at shutdown must not mask the run's result
+            except Exception:  # freeing at shutdown must not mask the run's result
                 pass

@@ -137,7 +137,7 @@ class _Device:
                     / 1000.0
                 }
             ]
-        except Exception as e:  # noqa: BLE001 - any failure only means no energy column
+        except Exception as e:  # any failure only means no energy column
             self.unavailable["energy"] = _describe(e)
         self.gpm: GpmReader | None = None
         try:
@@ -146,7 +146,7 @@ class _Device:
                 self.readers["gpm"] = [self.gpm]
             else:
                 self.unavailable["gpm"] = "GPM not supported on this device"
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:  # no GPM columns, nothing else lost
             self.unavailable["gpm"] = _describe(e)
 
     def read(self) -> dict[str, float]:
@@ -157,7 +157,7 @@ class _Device:
                     values.update(readers[0]())
                     self.strikes.pop(name, None)
                     break
-                except Exception as e:  # noqa: BLE001 - degrade this field, keep the others
+                except Exception as e:  # degrade this field, keep the others
                     error = _describe(e)
                     strikes = self.strikes.get(name, 0) + 1
                     if not _is_permanent(self.nvml, e) and strikes < MAX_STRIKES:
@@ -205,7 +205,7 @@ class NvmlSampler:
                 raise SamplerUnavailable(f"nvidia-ml-py is not installed: {e}") from e
         try:
             self._nvml.nvmlInit()
-        except Exception as e:  # noqa: BLE001 - NVMLError or a missing shared library
+        except Exception as e:  # NVMLError or a missing shared library
             raise SamplerUnavailable(f"nvmlInit failed: {e}") from e
         self._is_open = True
         try:
@@ -217,7 +217,7 @@ class NvmlSampler:
         except (ValueError, SamplerUnavailable):
             self.close()
             raise
-        except Exception as e:  # noqa: BLE001 - enumeration failing means no NVML telemetry
+        except Exception as e:  # enumeration failing means no NVML telemetry
             self.close()
             raise SamplerUnavailable(f"NVML device enumeration failed: {_describe(e)}") from e
         self._gather_unavailable()
@@ -242,5 +242,5 @@ class NvmlSampler:
         self._is_open = False
         try:
             self._nvml.nvmlShutdown()
-        except Exception:  # noqa: BLE001 - shutdown errors change no measurement
+        except Exception:  # shutdown errors change no measurement
             pass
