@@ -184,32 +184,18 @@ def test_summary_carries_source_interval_and_process_peaks() -> None:
     assert collector.warnings() == []
 
 
-def _matmuls_per_s(seconds: float) -> float:
-    import torch
-
-    a = torch.randn(256, 256)
-    done, start = 0, time.perf_counter()
-    while time.perf_counter() - start < seconds:
-        a @ a
-        done += 1
-    return done / (time.perf_counter() - start)
-
-
-@pytest.mark.slow
-def test_collector_at_50ms_costs_under_3pct_of_throughput() -> None:
-    import torch
-
-    torch.set_num_threads(1)
-    with_collector, without = [], []
-    for _ in range(4):  # interleaved, so drift in the shared machine's load hits both
-        without.append(_matmuls_per_s(2.0))
-        collector = Collector(interval_s=0.05)
-        collector.start()
-        with_collector.append(_matmuls_per_s(2.0))
-        collector.stop()
-    ratio = statistics.median(with_collector) / statistics.median(without)
-    print(f"throughput with collector / without: {ratio:.4f}")
-    assert ratio > 0.97
+def test_sampling_at_50ms_uses_under_3pct_of_a_core() -> None:
+    # CPU time, unlike throughput, is not swamped by other load on shared cores.
+    # The main thread sleeps, so the process's CPU time is the collector's.
+    # Opening the sources (importing torch, pynvml) is once per run, before the load.
+    collector = Collector(interval_s=0.05)
+    collector.start()
+    cpu0, wall0 = time.process_time(), time.perf_counter()
+    time.sleep(1.0)
+    cpu_s, wall_s = time.process_time() - cpu0, time.perf_counter() - wall0
+    samples = collector.stop()
+    assert len(samples) >= 15
+    assert cpu_s / wall_s < 0.03
 
 
 def test_a_collector_built_from_config_restarts_with_fresh_samples() -> None:
