@@ -1,0 +1,24 @@
+"""Telemetry: what the hardware and the process did while a run's load ran.
+
+A `Collector` thread reads the open samplers (NVML, torch.cuda, process) once
+per interval, writes telemetry.csv and adds peak/mean figures, energy and
+throttling to summary.json. Nothing here touches a device at import time.
+"""
+
+from llmperf.telemetry.collector import Collector
+from llmperf.telemetry.config import TelemetryConfig
+from llmperf.telemetry.sample import Sample, Sampler, SamplerUnavailable
+from llmperf.telemetry.sources import SAMPLERS, SOURCES
+from llmperf.telemetry.summary import summarize, validity_warnings
+
+__all__ = [
+    "SAMPLERS",
+    "SOURCES",
+    "Collector",
+    "Sample",
+    "TelemetryConfig",
+    "Sampler",
+    "SamplerUnavailable",
+    "summarize",
+    "validity_warnings",
+]

@@ -1,0 +1,150 @@
+"""The collector: a daemon thread that reads every open sampler once per interval during a run."""
+
+from __future__ import annotations
+
+import csv
+import math
+import threading
+import time
+from os import PathLike
+from typing import Any
+
+from llmperf.telemetry.config import TelemetryConfig
+from llmperf.telemetry.sample import Sample, Sampler
+from llmperf.telemetry.sources import open_samplers
+from llmperf.telemetry.summary import columns_of, summarize, validity_warnings
+
+
+def _format(value: float | None) -> str:
+    if value is None or not math.isfinite(value):
+        return ""
+    # Byte counts and clocks are integers; write them without a trailing ".0".
+    return str(int(value)) if value.is_integer() and abs(value) < 2**53 else repr(value)
+
+
+class Collector:
+    """Samples telemetry every `interval_s` seconds between `start()` and `stop()`.
+
+    The arguments are TelemetryConfig's. A collector serves one run at a time;
+    starting it again starts a fresh set of samples.
+    """
+
+    def __init__(
+        self, interval_s: float = 0.1, source: str = "auto", device_indices: list[int] | None = None
+    ) -> None:
+        self.config = TelemetryConfig(interval_s, source, device_indices)
+        self.t0: float | None = None  # perf_counter() origin of the samples' timestamps
+        self._samplers: list[Sampler] = []
+        self._skipped: dict[str, str] = {}
+        self._read_errors: dict[str, str] = {}
+        self._samples: list[Sample] = []
+        self._stop_event = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @classmethod
+    def from_config(cls, config: TelemetryConfig) -> Collector:
+        return cls(config.interval_s, config.source, config.device_indices)
+
+    @property
+    def interval_s(self) -> float:
+        return self.config.interval_s
+
+    @property
+    def sources_used(self) -> list[str]:
+        return [sampler.name for sampler in self._samplers]
+
+    def start(self, t0: float | None = None) -> None:
+        """Open the samplers (choosing the source once) and start sampling.
+
+        `t0` is the run's start as a perf_counter() value; sample timestamps are
+        seconds since it. None: now.
+        """
+        if self._thread is not None:
+            raise RuntimeError("collector already started")
+        self._samplers, self._skipped = open_samplers(
+            self.config.source, self.config.device_indices
+        )
+        self.t0 = time.perf_counter() if t0 is None else t0
+        self._samples, self._read_errors = [], {}
+        self._stop_event.clear()
+        self._thread = threading.Thread(target=self._run, name="llmperf-telemetry", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> list[Sample]:
+        """Stop sampling (after one closing sample) and return every sample taken."""
+        if self._thread is not None:
+            self._stop_event.set()
+            self._thread.join()
+            self._thread = None
+        return list(self._samples)
+
+    @property
+    def samples(self) -> list[Sample]:
+        return list(self._samples)
+
+    def _run(self) -> None:
+        try:
+            next_s = time.perf_counter()
+            while True:
+                self._take_sample()
+                next_s += self.interval_s
+                now_s = time.perf_counter()
+                if now_s > next_s:
+                    # A slow read: skip the ticks it overran rather than sample in a burst.
+                    next_s += math.ceil((now_s - next_s) / self.interval_s) * self.interval_s
+                if self._stop_event.wait(next_s - now_s):
+                    break
+            # A closing reading, so energy and peaks cover the run up to stop().
+            self._take_sample()
+        finally:
+            for sampler in self._samplers:
+                try:
+                    sampler.close()
+                except Exception as e:  # closing must not end the run
+                    self._read_errors.setdefault(sampler.name, f"close failed: {e}")
+
+    def _take_sample(self) -> None:
+        timestamp_s = time.perf_counter() - self.t0
+        values: dict[str, float] = {}
+        for sampler in self._samplers:
+            try:
+                values.update(sampler.read())
+            except Exception as e:  # a failing source never ends the run
+                self._read_errors.setdefault(sampler.name, f"read failed: {e!r}")
+        self._samples.append(Sample(timestamp_s, values))
+
+    def write_csv(self, path: str | PathLike[str]) -> None:
+        """telemetry.csv: `timestamp_s`, then one column per value; empty where not read."""
+        samples = self.samples
+        columns = columns_of(samples)
+        with open(path, "w", newline="") as f:
+            writer = csv.writer(f)
+            writer.writerow(["timestamp_s", *columns])
+            for sample in samples:
+                row = [f"{sample.timestamp_s:.6f}"]
+                row += [_format(sample.values.get(column)) for column in columns]
+                writer.writerow(row)
+
+    def unavailable(self) -> list[str]:
+        """'what: why' for every source skipped and every field dropped or failing."""
+        notes = {**self._skipped}
+        for sampler in self._samplers:
+            # list() copies in one step: the collector thread may be adding a dropped field.
+            dropped = list(sampler.unavailable.items())
+            notes.update({f"{sampler.name}.{name}": why for name, why in dropped})
+        notes.update(self._read_errors)
+        return [f"{what}: {why}" for what, why in sorted(notes.items())]
+
+    def summarize(self, start_s: float | None = None, end_s: float | None = None) -> dict[str, Any]:
+        """Flat summary.json keys over samples in [start_s, end_s] (seconds from t0; None: open)."""
+        summary = {
+            "telemetry_source": "+".join(self.sources_used),
+            "telemetry_interval_s": self.interval_s,
+            **summarize(self.samples, start_s, end_s),
+            "telemetry_unavailable": self.unavailable(),
+        }
+        return summary
+
+    def warnings(self, start_s: float | None = None, end_s: float | None = None) -> list[str]:
+        """Validity warnings for the run (throttling seen)."""
+        return validity_warnings(summarize(self.samples, start_s, end_s))

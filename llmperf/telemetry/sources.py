@@ -1,0 +1,58 @@
+"""Telemetry sources by name, and how `auto` picks among them."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from llmperf.telemetry.nvml import NvmlSampler
+from llmperf.telemetry.process import ProcessSampler
+from llmperf.telemetry.sample import Sampler, SamplerUnavailable
+from llmperf.telemetry.torch_cuda import TorchCudaSampler
+
+SamplerFactory = Callable[[list[int] | None], Sampler]  # device_indices -> sampler
+
+SAMPLERS: dict[str, SamplerFactory] = {
+    "nvml": lambda device_indices: NvmlSampler(device_indices),
+    "torch_cuda": lambda device_indices: TorchCudaSampler(device_indices),
+    "process": lambda device_indices: ProcessSampler(),
+}
+
+# What `auto` tries, in order. NVML sees the whole device; torch.cuda sees what the
+# caching allocator holds, which NVML cannot, so auto keeps every one that opens.
+DEVICE_SOURCES = ("nvml", "torch_cuda")
+
+SOURCES = ("auto", *SAMPLERS)
+
+
+def validate_source(source: str) -> None:
+    if source not in SOURCES:
+        raise ValueError(f"unknown telemetry source {source!r}; valid: {', '.join(SOURCES)}")
+
+
+def open_samplers(
+    source: str, device_indices: list[int] | None
+) -> tuple[list[Sampler], dict[str, str]]:
+    """Open the samplers `source` asks for, plus the process sampler; also return the skipped ones.
+
+    A source named explicitly must open (SamplerUnavailable otherwise); under
+    `auto` an absent source is skipped with its reason.
+    """
+    validate_source(source)
+    names = list(DEVICE_SOURCES) if source == "auto" else [source]
+    if "process" not in names:
+        names.append("process")
+    opened: list[Sampler] = []
+    skipped: dict[str, str] = {}
+    for name in names:
+        sampler = SAMPLERS[name](device_indices)
+        try:
+            sampler.open()
+        except SamplerUnavailable as e:
+            if name == source:
+                for other in opened:
+                    other.close()
+                raise SamplerUnavailable(f"telemetry source {name!r} is unavailable: {e}") from e
+            skipped[name] = str(e)
+            continue
+        opened.append(sampler)
+    return opened, skipped
