@@ -13,19 +13,34 @@ import threading
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
 
 from engines.base import Request, SamplingParams, StepStat, TokenEvent
-from engines.reference.attention import get_backend
+import torch.distributed as dist
+
+from engines.reference.attention import AttentionBackend, get_backend
+from engines.reference.config import ModelConfig
 from engines.reference.kv_cache import blocks_for, build_kv_cache
+from engines.reference.model import LlamaForCausalLM
 from engines.reference.model_runner import ModelRunner
-from engines.reference.precision import get_precision, quantize_model, weight_bytes
+from engines.reference.precision import Precision, get_precision, quantize_model, weight_bytes
 from engines.reference.sampling import sample
 from engines.reference.scheduler import SchedulerOptions, build_scheduler
 from engines.reference.sequence import Sequence, SeqStatus
 from engines.reference.tokenizer import load_tokenizer
+from engines.reference.tp import (
+    broadcast_step,
+    free_port,
+    init_group,
+    local_config,
+    rank_device,
+    shard_model,
+    spawn_workers,
+    threads_per_rank,
+)
 from engines.reference.weights import build_meta_model, materialize, resolve_model
 
 DEFAULT_MAX_MODEL_LEN = 4096
@@ -42,6 +57,41 @@ class GenerationOutput:
     text: str | None = None
     num_preemptions: int = 0
     num_cached_prompt_tokens: int = 0
+
+
+@dataclass
+class RankModel:
+    """One rank's model: its slice of the weights, in its precision."""
+
+    model: LlamaForCausalLM
+    config: ModelConfig
+    local_config: ModelConfig
+    backend: AttentionBackend
+    precision: Precision
+    compute_dtype: torch.dtype
+    weight_bytes: int
+    checkpoint: Path | None
+
+
+def build_rank_model(options: dict[str, Any], rank: int, world: int, device: torch.device) -> RankModel:
+    backend = get_backend(options["attention"])
+    precision = get_precision(options["precision"])
+    config, checkpoint = resolve_model(options["model"])
+    dtype = precision.compute_dtype(device)
+    model = materialize(build_meta_model(config, options["max_model_len"]), checkpoint, dtype, device, options["seed"])
+    if world > 1:
+        shard_model(model, rank, world)
+    quantize_model(model, options["precision"])
+    return RankModel(
+        model=model,
+        config=config,
+        local_config=local_config(config, world),
+        backend=backend,
+        precision=precision,
+        compute_dtype=dtype,
+        weight_bytes=weight_bytes(model),
+        checkpoint=checkpoint,
+    )
 
 
 @dataclass
@@ -75,13 +125,19 @@ class ReferenceEngine:
         max_model_len: int | None = None,
         tp: int = 1,
     ):
-        if tp != 1:
-            raise ValueError("tp > 1 runs through engines.reference.tp (llmperf engine.tp=N)")
         if kv_block_size < 1:
             raise ValueError(f"kv_block_size must be >= 1, got {kv_block_size}")
-        self.device = torch.device(device)
+        if tp < 1:
+            raise ValueError(f"tp must be >= 1, got {tp}")
+        self.device = rank_device(device, 0)
         self.seed = seed
+        self.tp = tp
+        self.model_name = model
+        self.config, _ = resolve_model(model)
+        limit = self.config.max_position_embeddings
+        self.max_model_len = min(max_model_len or min(limit, DEFAULT_MAX_MODEL_LEN), limit)
         self.options = dict(
+            model=model,
             attention=attention,
             precision=precision,
             device=device,
@@ -92,44 +148,48 @@ class ReferenceEngine:
             max_wait_ms=max_wait_ms,
             max_num_seqs=max_num_seqs,
             max_num_batched_tokens=max_num_batched_tokens,
+            num_kv_blocks=num_kv_blocks,
             kv_block_size=kv_block_size,
             enable_prefix_caching=enable_prefix_caching,
+            max_model_len=self.max_model_len,
             tp=tp,
         )
-        self.backend = get_backend(attention)
-        self.precision = get_precision(precision)
         sched_opts = SchedulerOptions(max_batch_size, max_wait_ms, max_num_seqs, max_num_batched_tokens)
+        if tp > 1 and self.device.type == "cpu":
+            torch.set_num_threads(threads_per_rank(tp))
 
-        self.config, checkpoint = resolve_model(model)
-        self.model_name = model
-        limit = self.config.max_position_embeddings
-        self.max_model_len = min(max_model_len or min(limit, DEFAULT_MAX_MODEL_LEN), limit)
-        compute_dtype = self.precision.compute_dtype(self.device)
-        meta_model = build_meta_model(self.config, self.max_model_len)
-        self.model = materialize(meta_model, checkpoint, compute_dtype, self.device, seed)
-        quantize_model(self.model, precision)
-        self.weight_bytes = weight_bytes(self.model)
-        self.tokenizer = load_tokenizer(checkpoint, self.config.vocab_size, self.config.eos_token_ids)
-
-        kv_dtype = compute_dtype
+        built = build_rank_model(self.options, 0, tp, self.device)
+        self.model, self.backend, self.precision = built.model, built.backend, built.precision
+        self.local_config = built.local_config
+        self.weight_bytes = built.weight_bytes
+        self.tokenizer = load_tokenizer(built.checkpoint, self.config.vocab_size, self.config.eos_token_ids)
         if num_kv_blocks is None:
-            num_kv_blocks = self._default_num_kv_blocks(kv_block_size, max_num_seqs, kv_dtype)
+            num_kv_blocks = self._default_num_kv_blocks(kv_block_size, max_num_seqs, built.compute_dtype)
+        self.options["num_kv_blocks"] = num_kv_blocks
         self.kv = build_kv_cache(
             kv_cache,
-            self.config,
+            self.local_config,
             num_blocks=num_kv_blocks,
             max_num_seqs=max_num_seqs,
             max_model_len=self.max_model_len,
             block_size=kv_block_size,
-            dtype=kv_dtype,
+            dtype=built.compute_dtype,
             device=self.device,
             enable_prefix_caching=enable_prefix_caching,
         )
-        self.options["num_kv_blocks"] = self.kv.num_blocks
-        self.options["max_model_len"] = self.max_model_len
         self.scheduler = build_scheduler(batching, self.kv, sched_opts)
+        self._workers: list = []
+        self.rank_weight_bytes = [self.weight_bytes]
+        broadcast = None
+        if tp > 1:
+            port = free_port()
+            self._workers = spawn_workers(tp, port, self.options)
+            init_group(0, tp, port, self.device)
+            self.rank_weight_bytes = [None] * tp
+            dist.all_gather_object(self.rank_weight_bytes, self.weight_bytes)
+            broadcast = broadcast_step
         kv_layers = [self.kv.layer(i) for i in range(self.config.num_hidden_layers)]
-        self.runner = ModelRunner(self.model, kv_layers, self.kv.block_size, self.backend, self.device)
+        self.runner = ModelRunner(self.model, kv_layers, kv_block_size, self.backend, self.device, broadcast)
 
         self._lock = threading.Condition()  # guards the inbox, aborts and the flags below
         self._inbox: list[Sequence] = []
@@ -162,6 +222,22 @@ class ReferenceEngine:
             self._thread = None
         for seq in list(self._live.values()):
             self._retire(seq, "abort", time.perf_counter())
+
+    def close(self) -> None:
+        """Stop the loop and, with tp > 1, the other ranks."""
+        self.stop()
+        if self._workers:
+            broadcast_step(None)
+            for p in self._workers:
+                p.join(timeout=30)
+            dist.destroy_process_group()
+            self._workers = []
+
+    def __enter__(self) -> ReferenceEngine:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
     def finish_submissions(self) -> None:
         """No more requests will come: a partial static batch may launch now."""
@@ -201,6 +277,7 @@ class ReferenceEngine:
             "params": self.config.num_params(),
             "weight_bytes": self.weight_bytes,
             "kv_bytes_per_token": self.config.kv_bytes_per_token(self.kv.storage.element_size()),
+            "rank_weight_bytes": self.rank_weight_bytes,
             "compute_dtype": str(self.precision.compute_dtype(self.device)).removeprefix("torch."),
             **self.options,
         }
@@ -439,7 +516,7 @@ class ReferenceEngine:
 
     def _default_num_kv_blocks(self, block_size: int, max_num_seqs: int, dtype: torch.dtype) -> int:
         """Room for max_num_seqs full-length sequences, capped by a memory budget."""
-        bytes_per_block = self.config.kv_bytes_per_token(torch.finfo(dtype).bits // 8) * block_size
+        bytes_per_block = self.local_config.kv_bytes_per_token(torch.finfo(dtype).bits // 8) * block_size
         wanted = max_num_seqs * blocks_for(self.max_model_len, block_size)
         if self.device.type == "cuda":
             total = torch.cuda.get_device_properties(self.device).total_memory

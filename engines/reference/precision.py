@@ -35,7 +35,8 @@ def quantize_model(model: nn.Module, precision: str) -> None:
 
 
 def weight_bytes(model: nn.Module) -> int:
+    """Bytes of the weights as stored: parameters and saved buffers (not RoPE tables)."""
     seen = {}
-    for t in list(model.parameters()) + list(model.buffers()):
+    for t in list(model.parameters()) + list(model.state_dict().values()):
         seen[t.data_ptr()] = t.numel() * t.element_size()
     return sum(seen.values())
