@@ -147,7 +147,7 @@ def test_saved_preset_loads_in_transformers_with_the_same_logits(tmp_path, prese
 
     eng = ReferenceEngine(model="tiny", seed=5)
     if preset_kw:
-        eng.config.tie_word_embeddings = True
+        eng.model.config.tie_word_embeddings = True
         eng.model.lm_head.weight = eng.model.model.embed_tokens.weight
     save_checkpoint(eng.model, tmp_path)
     hf = AutoModelForCausalLM.from_pretrained(tmp_path).eval()

@@ -84,10 +84,10 @@ class ModelConfig:
         return 2 * self.num_hidden_layers * self.kv_size * bytes_per_element
 
     def flops_per_token(self, context_len: int = 0) -> float:
-        """Forward FLOPs for one token: 2 x matmul params + attention over the context."""
-        matmul_params = self.num_params(include_embeddings=False) - self.hidden_size * (
-            2 * self.num_hidden_layers + 1
-        )
+        """Forward FLOPs for one token: 2 x matmul weights (LM head included) + attention over the context."""
+        h, i = self.hidden_size, self.intermediate_size
+        per_layer = h * (self.q_size + 2 * self.kv_size) + self.q_size * h + 3 * h * i
+        matmul_params = self.num_hidden_layers * per_layer + self.vocab_size * h
         attention = 4 * self.num_hidden_layers * self.q_size * context_len  # QK^T and PV
         return 2.0 * matmul_params + attention
 

@@ -160,6 +160,7 @@ class ReferenceEngine:
 
         built = build_rank_model(self.options, 0, tp, self.device)
         self.model, self.backend, self.precision = built.model, built.backend, built.precision
+        self.config = built.config
         self.local_config = built.local_config
         self.weight_bytes = built.weight_bytes
         self.tokenizer = load_tokenizer(built.checkpoint, self.config.vocab_size, self.config.eos_token_ids)
@@ -416,7 +417,7 @@ class ReferenceEngine:
                 num_prefill_tokens=sum(s.num_new_tokens for s in real if s.is_prefill),
                 num_decode_tokens=sum(s.num_new_tokens for s in real if not s.is_prefill),
                 padded_tokens=len(out.scheduled) - len(real),
-                context_tokens=sum(s.seq.num_computed_tokens for s in out.scheduled),
+                context_tokens=sum(s.seq.num_computed_tokens for s in real),
                 kv_blocks_used=self.kv.num_blocks - self.kv.num_free_blocks,
                 kv_blocks_free=self.kv.num_free_blocks,
                 num_waiting=len(self.scheduler.waiting),
