@@ -62,6 +62,7 @@ def run_job(cfg: DictConfig) -> None:
     except UsageError as err:
         _exit_with(err)
     if run.interrupted:
+        print(f"llmperf: interrupted; what was measured is in {run.run_dir}", file=sys.stderr)
         sys.exit(EXIT_INTERRUPTED)
 
 

@@ -61,6 +61,7 @@ class LoadGenerator:
         # stretch before a send is spent yielding to the loop instead, to cut dispatch lag.
         self.spin_s = spin_s
         self.interrupted = False
+        self._admission = engine if isinstance(engine, ReportsAdmission) else None
         self._origin_s = 0.0
         self._inflight: set[asyncio.Task] = set()
         self._phases: asyncio.Task | None = None
@@ -217,8 +218,8 @@ class LoadGenerator:
         times = record.token_times_s
         record.first_token_s = times[0] if times else None
         record.end_s = times[-1] if times else last_event_s
-        if isinstance(self.engine, ReportsAdmission):
-            admitted = self.engine.admitted_s(record.id)
+        if self._admission is not None:
+            admitted = self._admission.admitted_s(record.id)
             record.admitted_s = None if admitted is None else admitted - self._origin_s
         self.on_record(record)
 

@@ -41,14 +41,15 @@ class RequestRecord:
 
 
 class RecordWriter:
-    """Appends records to a JSONL file and flushes each, so a killed run keeps what it measured."""
+    """Writes records to a fresh JSONL file, flushing each line, so a killed run keeps what
+    it measured (and a run repeated into the same folder does not mix with the last one)."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self._file: IO[str] | None = None
 
     def __enter__(self) -> RecordWriter:
-        self._file = self.path.open("a", encoding="utf-8")
+        self._file = self.path.open("w", encoding="utf-8")
         return self
 
     def __exit__(self, *exc: object) -> None:
