@@ -12,6 +12,7 @@ import re
 import sys
 from pathlib import Path
 
+import hydra
 from hydra import compose, initialize_config_module
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra._internal.utils import get_args_parser
@@ -20,7 +21,12 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException, OverrideParseException
 from omegaconf import DictConfig
-from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationError
+from omegaconf.errors import (
+    ConfigAttributeError,
+    ConfigKeyError,
+    OmegaConfBaseException,
+    ValidationError,
+)
 
 from llmperf.config import load_config, register_configs
 from llmperf.errors import UsageError
@@ -35,8 +41,6 @@ EXIT_INTERRUPTED = 130
 
 def main(argv: list[str] | None = None) -> None:
     """Entry point of the console script and of `python -m llmperf`."""
-    import hydra
-
     argv = sys.argv[1:] if argv is None else list(argv)
     register_configs()
     try:
@@ -82,6 +86,8 @@ def check_command_line(argv: list[str]) -> None:
     args = parser.parse_args(argv)
     if args.help or args.hydra_help or args.info or args.shell_completion:
         return
+    if args.config_path or args.config_dir:  # another config tree: Hydra reports on it itself
+        return
     with initialize_config_module(config_module=CONFIG_MODULE, version_base="1.3"):
         loader = GlobalHydra.instance().config_loader()
         overrides_parser = OverridesParser.create(config_loader=loader)
@@ -97,16 +103,16 @@ def check_command_line(argv: list[str]) -> None:
             _check_group_choice(override, loader)
         jobs = BasicSweeper.split_arguments(parsed, None)[0] if args.multirun else [args.overrides]
         for job in jobs:
-            check_job(job)
+            check_job(job, args.config_name or CONFIG_NAME)
 
 
-def check_job(overrides: list[str]) -> None:
+def check_job(overrides: list[str], config_name: str = CONFIG_NAME) -> None:
     """Compose one job's config and validate it, as the run will."""
     try:
-        cfg = compose(CONFIG_NAME, overrides=overrides, return_hydra_config=True)
+        config = load_config(compose(config_name, overrides=overrides, return_hydra_config=True))
     except (HydraException, OmegaConfBaseException) as err:
         raise UsageError(describe_hydra_error(err)) from None
-    check_inputs(load_config(cfg).scenario)
+    check_inputs(config.scenario)
 
 
 def _check_group_choice(override, loader) -> None:
@@ -135,7 +141,7 @@ def describe_hydra_error(err: BaseException) -> str:
     if cause is None or not getattr(cause, "full_key", None):
         return str(err).strip().split("\n")[0]
     key = cause.full_key
-    if isinstance(cause, ConfigKeyError) or "not in" in (cause.msg or ""):
+    if isinstance(cause, (ConfigKeyError, ConfigAttributeError)):
         valid = _field_names(cause.object_type)
         return f"{key}: no such field" + (f"; valid: {', '.join(valid)}" if valid else "")
     if isinstance(cause, ValidationError):

@@ -53,10 +53,6 @@ class ArrivalConfig:
         if kind.needs_trace and not self.trace_path:
             raise ConfigError("trace_path", self.trace_path, "the trace process needs a trace file")
 
-    @property
-    def closed_loop(self) -> bool:
-        return ARRIVALS[self.process].closed_loop
-
 
 @dataclass
 class LengthConfig:
@@ -298,8 +294,7 @@ def register_configs() -> None:
 def load_config(cfg: DictConfig) -> Config:
     """Turn a composed tree into a `Config`, validating it; errors carry the full dotted key."""
     cfg = cfg.copy()
-    with_hydra = "hydra" in cfg
-    if with_hydra:
+    if "hydra" in cfg:  # composed with return_hydra_config
         OmegaConf.set_struct(cfg, False)
         cfg.pop("hydra")
     _validate_leaves_first(cfg, "")

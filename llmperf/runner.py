@@ -1,7 +1,8 @@
 """One benchmark run, as a list of stages that each do one thing to a `Run`.
 
-    write_run_record   config.yaml and environment.json, first, so even a failed run says what it was
+    write_config       config.yaml, first, so even a run that fails says what it was
     build              the engine from its registry, and the scenario's workload for its tokenizer
+    write_environment  environment.json, once the engine has loaded what it uses (torch, CUDA)
     drive_load         warmup then measured load, inside every AROUND_LOAD context (engine started, ...)
     write_step_stats   steps.jsonl, when the engine reports its steps
     summarize          the figures from the records, the config objects, the validity checks
@@ -58,11 +59,9 @@ class Run:
         return self.load is not None and self.load.interrupted
 
 
-def write_run_record(run: Run) -> None:
+def write_config(run: Run) -> None:
     run.run_dir.mkdir(parents=True, exist_ok=True)
     (run.run_dir / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.structured(run.config)))
-    environment = collect_environment(run.config.hardware, run.argv)
-    _write_json(run.run_dir / "environment.json", environment)
 
 
 def build(run: Run) -> None:
@@ -74,6 +73,11 @@ def build(run: Run) -> None:
     except ValueError as err:  # the engine rejected an option
         raise UsageError(f"engine={engine_cfg.name!r}: {err}") from None
     run.workload = Workload(run.config.scenario, run.engine.tokenizer or ByteTokenizer())
+
+
+def write_environment(run: Run) -> None:
+    environment = collect_environment(run.config.hardware, run.argv)
+    _write_json(run.run_dir / "environment.json", environment)
 
 
 @contextlib.contextmanager
@@ -150,8 +154,9 @@ def write_summary(run: Run) -> None:
 
 
 STAGES: list[Callable[[Run], None]] = [
-    write_run_record,
+    write_config,
     build,
+    write_environment,
     drive_load,
     write_step_stats,
     summarize,

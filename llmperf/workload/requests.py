@@ -50,7 +50,7 @@ class Workload:
     """Builds a scenario's warmup and measured requests for one tokenizer.
 
     Reads the dataset and trace files on construction, so a missing or corrupt file
-    fails before the engine starts.
+    fails before any load is sent.
     """
 
     def __init__(self, scenario: ScenarioConfig, tokenizer: Tokenizer) -> None:
