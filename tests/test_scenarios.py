@@ -188,12 +188,13 @@ def test_synthetic_engine_honours_its_latency_model(compose_config, tmp_path):
         "engine.prefill_s_per_token=0.00001",
         "engine.tpot_s=0.004",
         "scenario.prompt_tokens.value=1000",
-        "scenario.output_tokens.value=20",
+        "scenario.output_tokens.value=40",
         "scenario.num_requests=4",
     )
-    # TTFT = 0.02 + 1000 x 0.00001; sleeps only ever wake late, by a little
-    assert 0.03 <= summary["ttft_s"]["min"] and summary["ttft_s"]["mean"] < 0.04
-    assert summary["tpot_s"]["mean"] == pytest.approx(0.004, abs=0.0005)
+    # TTFT = 0.02 + 1000 x 0.00001; sleeps never wake early, and late only by what the
+    # (shared) CPUs cost; deadlines are absolute, so TPOT carries only the last token's delay
+    assert 0.03 <= summary["ttft_s"]["min"] and summary["ttft_s"]["mean"] < 0.06
+    assert summary["tpot_s"]["mean"] == pytest.approx(0.004, abs=0.0015)
     assert summary["queue_s"]["max"] < 0.01  # no concurrency limit: admitted on arrival
 
 
