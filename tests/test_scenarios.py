@@ -87,16 +87,17 @@ def run_preset(compose_config, tmp_path, engine, preset, *extra):
     ]
     config = compose_config(*overrides)
     console = Console(file=io.StringIO(), width=120)
-    run_benchmark(config, tmp_path, argv=overrides, console=console)
+    run = run_benchmark(config, tmp_path, argv=overrides, console=console)
     summary = json.loads((tmp_path / "summary.json").read_text())
     lines = [json.loads(line) for line in (tmp_path / "requests.jsonl").read_text().splitlines()]
-    return config, summary, lines, console.file.getvalue()
+    return run, summary, lines, console.file.getvalue()
 
 
 @pytest.mark.parametrize("engine", E2E_ENGINES)
 @pytest.mark.parametrize("preset", PRESETS)
 def test_preset_runs_and_summary_agrees_with_its_records(compose_config, tmp_path, engine, preset):
-    config, summary, lines, printed = run_preset(compose_config, tmp_path, engine, preset)
+    run, summary, lines, printed = run_preset(compose_config, tmp_path, engine, preset)
+    config = run.config
     assert SUMMARY_KEYS <= set(summary) and summary["schema_version"] == 1
     assert all(RECORD_KEYS <= set(line) for line in lines)
     assert {"config.yaml", "environment.json", "summary.json", "requests.jsonl"} <= {
@@ -153,10 +154,11 @@ def test_preset_runs_and_summary_agrees_with_its_records(compose_config, tmp_pat
     }
     assert not summary["valid"]  # 8 requests are too few for the preset's own validity bar
     assert not summary["interrupted"]
-    check_preset_shape(preset, config, measured)
+    check_preset_shape(preset, run, measured)
 
 
-def check_preset_shape(preset, config, measured):
+def check_preset_shape(preset, run, measured):
+    config = run.config
     arrivals = sorted(r["arrival_s"] for r in measured)
     inputs = [r["input_tokens"] for r in measured]
     if preset == "offline":
@@ -174,8 +176,11 @@ def check_preset_shape(preset, config, measured):
         gaps = np.diff(arrivals)
         assert gaps == pytest.approx(np.diff([row.timestamp_s for row in rows]) / 20)
     if preset == "sharegpt":
-        prompt_bytes = {len(c.prompt.encode()) for c in load_sharegpt(config.scenario.dataset)}
-        assert set(inputs) <= prompt_bytes
+        tokenizer = run.engine.tokenizer
+        prompt_lengths = {
+            len(tokenizer.encode(c.prompt)) for c in load_sharegpt(config.scenario.dataset)
+        }
+        assert set(inputs) <= prompt_lengths
 
 
 def test_synthetic_engine_honours_its_latency_model(compose_config, tmp_path):
