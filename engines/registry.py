@@ -11,6 +11,7 @@ ENGINES: dict[str, str] = {
     "reference": "engines.reference:ReferenceEngine",
     "hf": "engines.hf:HFEngine",
     "openai": "engines.openai_http:OpenAIEngine",
+    "synthetic": "engines.synthetic:SyntheticEngine",
 }
 
 

@@ -1,0 +1,161 @@
+"""The `llmperf` command: a Hydra app over the config tree in the `scenarios` package.
+
+Before Hydra runs, the command line is checked with Hydra's own parser and composer
+(every job of a sweep), so bad input ends as one line on stderr and exit code 2,
+not Hydra's multi-line report and exit code 1.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import sys
+from pathlib import Path
+
+import hydra
+from hydra import compose, initialize_config_module
+from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+from hydra._internal.utils import get_args_parser
+from hydra.core.global_hydra import GlobalHydra
+from hydra.core.hydra_config import HydraConfig
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.errors import HydraException, OverrideParseException
+from omegaconf import DictConfig
+from omegaconf.errors import (
+    ConfigAttributeError,
+    ConfigKeyError,
+    OmegaConfBaseException,
+    ValidationError,
+)
+
+from llmperf.config import load_config, register_configs
+from llmperf.errors import UsageError
+from llmperf.runner import run_benchmark
+from llmperf.workload.requests import check_inputs
+
+CONFIG_MODULE = "scenarios"
+CONFIG_NAME = "config"
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point of the console script and of `python -m llmperf`."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    register_configs()
+    try:
+        check_command_line(argv)
+    except UsageError as err:
+        _exit_with(err)
+    sys.argv = [sys.argv[0], *argv]  # Hydra reads its arguments from sys.argv
+    app = hydra.main(
+        config_path=f"pkg://{CONFIG_MODULE}", config_name=CONFIG_NAME, version_base="1.3"
+    )(run_job)
+    try:
+        app()
+    except KeyboardInterrupt:  # outside the load (which handles SIGINT itself)
+        print("llmperf: interrupted", file=sys.stderr)
+        sys.exit(EXIT_INTERRUPTED)
+
+
+def run_job(cfg: DictConfig) -> None:
+    """One Hydra job: a run in the job's output folder."""
+    try:
+        config = load_config(cfg)
+        run = run_benchmark(config, Path(HydraConfig.get().runtime.output_dir), argv=sys.argv)
+    except UsageError as err:
+        _exit_with(err)
+    if run.interrupted:
+        print(f"llmperf: interrupted; what was measured is in {run.run_dir}", file=sys.stderr)
+        sys.exit(EXIT_INTERRUPTED)
+
+
+def _exit_with(err: UsageError) -> None:
+    message = " ".join(str(err).split("\n"))
+    print(f"llmperf: error: {message}", file=sys.stderr)
+    sys.exit(EXIT_USAGE)
+
+
+# -- checking the command line ------------------------------------------------------------
+
+
+def check_command_line(argv: list[str]) -> None:
+    """Raise UsageError, naming the field, the value and the valid choices, for bad input."""
+    parser = get_args_parser()
+    parser.error = _raise_usage_error  # argparse would print its usage text and exit
+    args = parser.parse_args(argv)
+    if args.help or args.hydra_help or args.info or args.shell_completion:
+        return
+    if args.config_path or args.config_dir:  # another config tree: Hydra reports on it itself
+        return
+    with initialize_config_module(config_module=CONFIG_MODULE, version_base="1.3"):
+        loader = GlobalHydra.instance().config_loader()
+        overrides_parser = OverridesParser.create(config_loader=loader)
+        parsed = []
+        for text in args.overrides:
+            try:
+                parsed.append(overrides_parser.parse_override(text))
+            except (OverrideParseException, HydraException):
+                raise UsageError(
+                    f"malformed override {text!r}: expected key=value, e.g. scenario.num_requests=100"
+                ) from None
+        for override in parsed:
+            _check_group_choice(override, loader)
+        jobs = BasicSweeper.split_arguments(parsed, None)[0] if args.multirun else [args.overrides]
+        for job in jobs:
+            check_job(job, args.config_name or CONFIG_NAME)
+
+
+def check_job(overrides: list[str], config_name: str = CONFIG_NAME) -> None:
+    """Compose one job's config and validate it, as the run will."""
+    try:
+        config = load_config(compose(config_name, overrides=overrides, return_hydra_config=True))
+    except (HydraException, OmegaConfBaseException) as err:
+        raise UsageError(describe_hydra_error(err)) from None
+    check_inputs(config.scenario)
+
+
+def _check_group_choice(override, loader) -> None:
+    if override.is_delete() or override.value_type is None:
+        return
+    group = override.key_or_group
+    options = loader.get_group_options(group)
+    if not options:
+        return  # not a config group: a field, checked when composed
+    if override.is_sweep_override():
+        if not override.is_discrete_sweep():
+            return
+        values = list(override.sweep_string_iterator())
+    else:
+        values = [override.get_value_element_as_str()]
+    for value in values:
+        if value not in options:
+            raise UsageError(f"{group}={value!r}: no such {group}; valid: {', '.join(options)}")
+
+
+def describe_hydra_error(err: BaseException) -> str:
+    """One line for a composition failure, from the OmegaConf error that caused it."""
+    cause = err
+    while cause is not None and not isinstance(cause, OmegaConfBaseException):
+        cause = cause.__cause__
+    if cause is None or not getattr(cause, "full_key", None):
+        return str(err).strip().split("\n")[0]
+    key = cause.full_key
+    if isinstance(cause, (ConfigKeyError, ConfigAttributeError)):
+        valid = _field_names(cause.object_type)
+        return f"{key}: no such field" + (f"; valid: {', '.join(valid)}" if valid else "")
+    if isinstance(cause, ValidationError):
+        match = re.search(r"could not be converted to (\w+)", cause.msg or "")
+        problem = f"not a valid {match.group(1).lower()}" if match else cause.msg.split("\n")[0]
+        return f"{key}={cause.value!r}: {problem}"
+    return f"{key}: {(cause.msg or str(cause)).splitlines()[0]}"
+
+
+def _field_names(object_type: object) -> list[str]:
+    if isinstance(object_type, type) and dataclasses.is_dataclass(object_type):
+        return [f.name for f in dataclasses.fields(object_type)]
+    return []
+
+
+def _raise_usage_error(message: str) -> None:
+    raise UsageError(message)

@@ -1,0 +1,320 @@
+"""The config schema: dataclasses registered in Hydra's ConfigStore.
+
+Hydra checks types and field names while it composes; `__post_init__` checks
+values once `load_config` turns the composed tree into these objects. Every
+check raises `ConfigError` naming the field, the value and the valid choices.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING, DictConfig, OmegaConf
+
+from llmperf.errors import ConfigError
+from llmperf.workload.arrivals import ARRIVALS
+from llmperf.workload.lengths import LENGTHS
+
+
+def _positive(owner: Any, *names: str, allow_none: bool = True, strict: bool = True) -> None:
+    for name in names:
+        value = getattr(owner, name)
+        if value is None and allow_none:
+            continue
+        if value is None or value < 0 or (strict and value == 0):
+            raise ConfigError(name, value, "must be > 0" if strict else "must be >= 0")
+
+
+# -- scenario ---------------------------------------------------------------------------
+
+
+@dataclass
+class ArrivalConfig:
+    process: str = "poisson"
+    rate_rps: float | None = 1.0  # constant, poisson, gamma
+    burstiness: float = 1.0  # gamma shape: CV of the gaps = 1/sqrt(burstiness)
+    concurrency: int | None = None  # closed: requests in flight at all times
+    trace_path: str | None = None  # trace: JSONL or CSV (see llmperf/workload/trace.py)
+    trace_speedup: float = 1.0  # trace: replay this many times faster
+
+    def __post_init__(self) -> None:
+        if self.process not in ARRIVALS:
+            raise ConfigError("process", self.process, "unknown arrival process", ARRIVALS)
+        kind = ARRIVALS[self.process]
+        _positive(self, "rate_rps", "burstiness", "concurrency", "trace_speedup")
+        if kind.needs_rate and self.rate_rps is None:
+            raise ConfigError(
+                "rate_rps", None, f"arrival process {self.process!r} needs a rate > 0"
+            )
+        if kind.closed_loop and self.concurrency is None:
+            raise ConfigError("concurrency", None, "the closed loop needs a concurrency >= 1")
+        if kind.needs_trace and not self.trace_path:
+            raise ConfigError("trace_path", self.trace_path, "the trace process needs a trace file")
+
+
+@dataclass
+class LengthConfig:
+    """Token counts: `fixed` uses value; `uniform` min..max; `normal`/`lognormal` mean and std
+    (of the lengths themselves); `dataset` the lengths of the dataset's texts."""
+
+    dist: str = "fixed"
+    value: int | None = None
+    mean: float | None = None
+    std: float | None = None
+    min: int = 1
+    max: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.dist not in LENGTHS:
+            raise ConfigError("dist", self.dist, "unknown length distribution", LENGTHS)
+        for name in LENGTHS[self.dist].required:
+            if getattr(self, name) is None:
+                raise ConfigError(name, None, f"the {self.dist!r} distribution needs it")
+        _positive(self, "value", "mean", "min", "max")
+        _positive(self, "std", strict=False)
+        if self.max is not None and self.max < self.min:
+            raise ConfigError("max", self.max, f"must be >= min ({self.min})")
+
+
+@dataclass
+class SloConfig:
+    """Per-request targets; a request meets the SLO when it meets every one that is set."""
+
+    ttft_s: float | None = None
+    tpot_s: float | None = None
+    e2e_s: float | None = None
+
+    def __post_init__(self) -> None:
+        _positive(self, "ttft_s", "tpot_s", "e2e_s")
+
+
+@dataclass
+class ValidityConfig:
+    """What a run must reach for its figures to count (see llmperf/validity.py)."""
+
+    min_duration_s: float = 5.0
+    min_completed: int = 20
+    max_error_rate: float = 0.01
+
+    def __post_init__(self) -> None:
+        _positive(self, "min_duration_s", "min_completed", allow_none=False, strict=False)
+        if not 0.0 <= self.max_error_rate <= 1.0:
+            raise ConfigError("max_error_rate", self.max_error_rate, "must be in [0, 1]")
+
+
+@dataclass
+class ScenarioConfig:
+    name: str = "custom"
+    seed: int = 0
+    num_requests: int | None = 64  # measured requests; null: as many as duration_s allows
+    duration_s: float | None = None  # stop sending after this long (measured phase)
+    warmup_requests: int = 2  # sent and awaited before the measured phase; not in the figures
+    arrival: ArrivalConfig = field(default_factory=ArrivalConfig)
+    prompt_tokens: LengthConfig = field(default_factory=lambda: LengthConfig(value=128))
+    output_tokens: LengthConfig = field(default_factory=lambda: LengthConfig(value=64))
+    dataset: str | None = None  # ShareGPT-format JSON/JSONL, for dist: dataset
+    slo: SloConfig = field(default_factory=SloConfig)
+    ignore_eos: bool = True  # outputs run to their scheduled length
+    temperature: float = 0.0
+    validity: ValidityConfig = field(default_factory=ValidityConfig)
+
+    def __post_init__(self) -> None:
+        _positive(self, "num_requests", "duration_s")
+        _positive(self, "warmup_requests", "temperature", allow_none=False, strict=False)
+        bounded = self.arrival.process == "trace" or self.num_requests or self.duration_s
+        if not bounded:
+            raise ConfigError("num_requests", None, "set num_requests or duration_s")
+        if self.arrival.process == "offline" and self.num_requests is None:
+            raise ConfigError("num_requests", None, "the offline process sends a fixed count")
+        uses_dataset = "dataset" in (self.prompt_tokens.dist, self.output_tokens.dist)
+        if uses_dataset and not self.dataset:
+            raise ConfigError("dataset", self.dataset, "dist: dataset needs a dataset file")
+        if self.dataset and not uses_dataset:
+            raise ConfigError(
+                "dataset",
+                self.dataset,
+                "unused: set prompt_tokens.dist or output_tokens.dist to dataset",
+            )
+
+
+# -- engines ----------------------------------------------------------------------------
+
+
+@dataclass
+class ModelSelection:
+    """A model preset by name, or a local checkpoint folder (config.json + safetensors)."""
+
+    name: str = "tiny"
+    path: str | None = None
+
+    @property
+    def ref(self) -> str:
+        """What engines take as `model`: the checkpoint path if given, else the preset name."""
+        return self.path or self.name
+
+
+@dataclass
+class EngineConfig:
+    name: str = MISSING
+
+    def options(self, model: ModelSelection) -> dict[str, Any]:
+        """Keyword arguments for `engines.registry.build_engine`."""
+        opts = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "name"}
+        return {"model": model.ref, **opts}
+
+
+@dataclass
+class ReferenceEngineConfig(EngineConfig):
+    name: str = "reference"
+    attention: str = "sdpa"
+    precision: str = "fp32"
+    device: str = "cpu"
+    seed: int = 0
+    batching: str = "continuous"
+    kv_cache: str = "paged"
+    max_batch_size: int = 8
+    max_wait_ms: float = 20.0
+    max_num_seqs: int = 32
+    max_num_batched_tokens: int = 512
+    num_kv_blocks: int | None = None  # null: as many as memory allows
+    kv_block_size: int = 16
+    enable_prefix_caching: bool = False
+    max_model_len: int | None = None
+    tp: int = 1
+
+    def __post_init__(self) -> None:
+        _positive(self, "max_batch_size", "max_num_seqs", "max_num_batched_tokens", "num_kv_blocks")
+        _positive(self, "kv_block_size", "max_model_len", "tp")
+        _positive(self, "max_wait_ms", allow_none=False, strict=False)
+
+
+@dataclass
+class HFEngineConfig(EngineConfig):
+    name: str = "hf"
+    device: str = "cpu"
+    precision: str = "fp32"
+    max_batch_size: int = 1
+
+    def __post_init__(self) -> None:
+        _positive(self, "max_batch_size")
+
+
+@dataclass
+class OpenAIEngineConfig(EngineConfig):
+    name: str = "openai"
+    base_url: str = "http://localhost:8000/v1"
+    model: str | None = None  # the served model's name; null: the model group's name
+    api_key: str = "EMPTY"
+    request_timeout_s: float = 600.0
+    connect_timeout_s: float = 10.0
+    tokenizer: str | None = None  # local tokenizer folder for prompts and counts; null: none
+
+    def __post_init__(self) -> None:
+        _positive(self, "request_timeout_s", "connect_timeout_s")
+
+    def options(self, model: ModelSelection) -> dict[str, Any]:
+        opts = super().options(model)
+        opts["model"] = self.model or model.name
+        return opts
+
+
+@dataclass
+class SyntheticEngineConfig(EngineConfig):
+    """A simulated server (engines/synthetic.py): latency = ttft_s + prefill_s_per_token x
+    prompt tokens, then tpot_s per token; all zeros answers at once."""
+
+    name: str = "synthetic"
+    ttft_s: float = 0.0
+    prefill_s_per_token: float = 0.0
+    tpot_s: float = 0.0
+    jitter: float = 0.0  # each delay is scaled by 1 + jitter x U(-1, 1)
+    max_concurrency: int | None = None  # requests beyond it wait in a queue
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        _positive(self, "ttft_s", "prefill_s_per_token", "tpot_s", strict=False, allow_none=False)
+        _positive(self, "max_concurrency")
+        if not 0.0 <= self.jitter < 1.0:
+            raise ConfigError("jitter", self.jitter, "must be in [0, 1)")
+
+
+ENGINE_CONFIGS: dict[str, type[EngineConfig]] = {
+    "reference": ReferenceEngineConfig,
+    "hf": HFEngineConfig,
+    "openai": OpenAIEngineConfig,
+    "synthetic": SyntheticEngineConfig,
+}
+
+
+# -- the run ----------------------------------------------------------------------------
+
+
+@dataclass
+class TelemetryConfig:
+    enabled: bool = True
+    interval_s: float = 0.1
+    source: str = "auto"
+
+    def __post_init__(self) -> None:
+        _positive(self, "interval_s", allow_none=False)
+
+
+@dataclass
+class ReportConfig:
+    enabled: bool = True
+
+
+@dataclass
+class Config:
+    scenario: ScenarioConfig = field(default_factory=ScenarioConfig)
+    engine: Any = MISSING  # one of ENGINE_CONFIGS, typed by the engine yaml's schema default
+    model: ModelSelection = field(default_factory=ModelSelection)
+    hardware: dict[str, Any] = field(default_factory=dict)  # a profile, passed through as is
+    telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
+    report: ReportConfig = field(default_factory=ReportConfig)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.engine, dict):  # an engine yaml without its schema default
+            name = self.engine.get("name")
+            if name not in ENGINE_CONFIGS:
+                raise ConfigError("engine.name", name, "unknown engine", ENGINE_CONFIGS)
+            self.engine = ENGINE_CONFIGS[name](**self.engine)
+
+
+def register_configs() -> None:
+    """Store the schemas where the yaml files' defaults lists find them."""
+    cs = ConfigStore.instance()
+    cs.store(name="llmperf_schema", node=Config)
+    for name, schema in ENGINE_CONFIGS.items():
+        cs.store(name=f"{name}_engine_schema", node=schema)
+
+
+def load_config(cfg: DictConfig) -> Config:
+    """Turn a composed tree into a `Config`, validating it; errors carry the full dotted key."""
+    cfg = cfg.copy()
+    if "hydra" in cfg:  # composed with return_hydra_config
+        OmegaConf.set_struct(cfg, False)
+        cfg.pop("hydra")
+    _validate_leaves_first(cfg, "")
+    return OmegaConf.to_object(cfg)
+
+
+def _validate_leaves_first(node: DictConfig, path: str) -> None:
+    """Build every dataclass node, deepest first, so an error knows where it happened."""
+    for key in node:
+        child = node._get_node(key)
+        if isinstance(child, DictConfig) and not child._is_missing() and not child._is_none():
+            _validate_leaves_first(child, f"{path}{key}.")
+    schema = OmegaConf.get_type(node)
+    if schema in (dict, None):
+        return
+    names = [f.name for f in fields(schema)]
+    for key in node:  # `+key=value` adds keys even to a schema'd node
+        if key not in names:
+            raise ConfigError(f"{path}{key}", node[key], "no such field", names)
+    try:
+        OmegaConf.to_object(node)
+    except ConfigError as err:
+        raise err.with_key(path + err.key) from None

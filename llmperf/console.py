@@ -1,0 +1,90 @@
+"""What a run prints: a live progress bar while the load runs, a compact table at the end."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from llmperf.records import RequestRecord
+
+
+class LoadProgress:
+    """Requests done (warmup included), failures and output tokens/s, refreshed 4 times a second.
+
+    Shown only on a terminal, so logs and tests get the final table alone.
+    """
+
+    def __init__(self, total: int | None, console: Console) -> None:
+        self._progress = Progress(
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[failed]} failed"),
+            TextColumn("{task.fields[tokens_per_s]:>8.1f} tok/s"),
+            TimeElapsedColumn(),
+            console=console,
+            disable=not console.is_terminal,
+            refresh_per_second=4,
+        )
+        self._task = self._progress.add_task("requests", total=total, failed=0, tokens_per_s=0.0)
+        self._start_s = time.perf_counter()
+        self._tokens = 0
+        self._failed = 0
+
+    def __enter__(self) -> LoadProgress:
+        self._progress.start()
+        self._start_s = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._progress.stop()
+
+    def update(self, record: RequestRecord) -> None:
+        self._tokens += record.output_tokens
+        self._failed += not record.ok
+        elapsed_s = max(time.perf_counter() - self._start_s, 1e-9)
+        self._progress.update(
+            self._task, advance=1, failed=self._failed, tokens_per_s=self._tokens / elapsed_s
+        )
+
+
+def _ms(stats: dict[str, float | None], key: str) -> str:
+    value = stats.get(key)
+    return "-" if value is None else f"{value * 1e3:.1f}"
+
+
+def _num(value: float | None, fmt: str = ".2f") -> str:
+    return "-" if value is None else format(value, fmt)
+
+
+def print_summary(summary: dict[str, Any], run_dir: Path, console: Console) -> None:
+    heading = (
+        f"{summary['scenario']['name']} on {summary['engine']['name']} / {summary['model']['name']}: "
+        f"{summary['num_completed']}/{summary['num_requests']} completed in {summary['duration_s']:.2f} s"
+    )
+    figures = Table(title=heading, title_justify="left", show_edge=False)
+    figures.add_column("latency (ms)")
+    for key in ("mean", "median", "p90", "p99", "max"):
+        figures.add_column(key, justify="right")
+    for name in ("ttft_s", "tpot_s", "itl_s", "e2e_s", "queue_s", "dispatch_lag_s"):
+        figures.add_row(
+            name.removesuffix("_s"),
+            *(_ms(summary[name], k) for k in ("mean", "median", "p90", "p99", "max")),
+        )
+    console.print(figures)
+    console.print(
+        f"throughput  {_num(summary['request_throughput_rps'])} req/s   "
+        f"{_num(summary['output_throughput_tps'], '.1f')} output tok/s   "
+        f"{_num(summary['total_throughput_tps'], '.1f')} total tok/s   "
+        f"goodput {_num(summary['goodput_rps'])} req/s "
+        f"(SLO met by {_num(summary['slo_attainment'], '.0%')})"
+    )
+    verdict = "[green]valid[/green]" if summary["valid"] else "[red]not valid[/red]"
+    failed_checks = "; ".join(c["detail"] for c in summary["validity"] if not c["ok"])
+    console.print(f"{verdict}{': ' + failed_checks if failed_checks else ''}")
+    console.print(f"results in {run_dir}", markup=False, highlight=False)

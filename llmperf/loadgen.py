@@ -1,0 +1,250 @@
+"""The load generator: sends requests to an engine on schedule and records what comes back.
+
+Open loop: each request goes out at its intended arrival, whatever the engine is doing.
+Closed loop: `concurrency` users each send their next request when the last one ends.
+Warmup requests go first, all at once, and are awaited before the measured phase starts.
+
+All measurement is on the client side: times are when this process received each event,
+in seconds from the run's origin (`LoadResult.origin_perf_counter_s`). The first SIGINT
+stops sending, aborts the requests in flight (recorded with error "interrupted") and
+returns what was measured; `LoadResult.interrupted` says so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import signal
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+from engines.base import Engine, Request
+from llmperf.records import RequestRecord
+
+
+@runtime_checkable
+class ReportsAdmission(Protocol):
+    """An engine that can tell when it took a request from its wait queue."""
+
+    def admitted_s(self, request_id: str) -> float | None:
+        """perf_counter() time of admission, or None if unknown; may forget it once read."""
+
+
+@dataclass
+class LoadResult:
+    origin_perf_counter_s: float  # perf_counter() at time 0 of the records
+    origin_unix_s: float  # time.time() at the same moment
+    measure_start_s: float  # when the measured phase began (after warmup)
+    end_s: float
+    num_warmup: int
+    num_dispatched: int  # measured requests sent
+    interrupted: bool
+
+
+class LoadGenerator:
+    """Drives one engine through a warmup phase and a measured phase.
+
+    `on_record` is called with each request's record as soon as it ends (finished,
+    failed or aborted), in completion order.
+    """
+
+    def __init__(
+        self,
+        engine: Engine,
+        on_record: Callable[[RequestRecord], None],
+        spin_s: float = 0.001,
+    ) -> None:
+        self.engine = engine
+        self.on_record = on_record
+        # asyncio.sleep wakes up to ~1 ms late (epoll's millisecond timeout); the last
+        # stretch before a send is spent yielding to the loop instead, to cut dispatch lag.
+        self.spin_s = spin_s
+        self.interrupted = False
+        self._admission = engine if isinstance(engine, ReportsAdmission) else None
+        self._origin_s = 0.0
+        self._inflight: set[asyncio.Task] = set()
+        self._phases: asyncio.Task | None = None
+
+    async def run(
+        self,
+        warmup: list[Request],
+        requests: Iterable[Request],
+        concurrency: int | None = None,
+        duration_s: float | None = None,
+    ) -> LoadResult:
+        """Send `warmup`, then `requests` (closed loop when `concurrency` is given).
+
+        `duration_s` stops sending once the measured phase is that old; the requests in
+        flight are still awaited.
+        """
+        loop = asyncio.get_running_loop()
+        # A full collection walks every object the engine holds (tens of ms with torch
+        # loaded); frozen objects are skipped, so collections during the load stay short.
+        gc.collect()
+        gc.freeze()
+        self._origin_s = time.perf_counter()
+        origin_unix_s = time.time()
+        counts = {"measure_start_s": 0.0, "dispatched": 0}
+        self._phases = loop.create_task(
+            self._run_phases(warmup, requests, concurrency, duration_s, counts)
+        )
+        sigint_handled = _handle_sigint(loop, self.interrupt)
+        try:
+            await self._phases
+        except asyncio.CancelledError:
+            if not self.interrupted:
+                raise
+        finally:
+            gc.unfreeze()
+            if sigint_handled:
+                loop.remove_signal_handler(signal.SIGINT)
+        if self._inflight:  # interrupted: let the aborted requests write their records
+            await asyncio.gather(*self._inflight, return_exceptions=True)
+        return LoadResult(
+            origin_perf_counter_s=self._origin_s,
+            origin_unix_s=origin_unix_s,
+            measure_start_s=counts["measure_start_s"],
+            end_s=self._now(),
+            num_warmup=len(warmup),
+            num_dispatched=counts["dispatched"],
+            interrupted=self.interrupted,
+        )
+
+    def interrupt(self) -> None:
+        """Stop sending and abort what is in flight (safe to call more than once)."""
+        self.interrupted = True
+        if self._phases is not None:
+            self._phases.cancel()
+        for task in list(self._inflight):
+            task.cancel()
+
+    # -- phases -------------------------------------------------------------------------
+
+    async def _run_phases(
+        self,
+        warmup: list[Request],
+        requests: Iterable[Request],
+        concurrency: int | None,
+        duration_s: float | None,
+        counts: dict,
+    ) -> None:
+        if warmup:
+            now = self._now()
+            await asyncio.gather(*(self._spawn(r, now) for r in warmup))
+        counts["measure_start_s"] = start_s = self._now()
+        if concurrency is None:
+            await self._open_loop(requests, start_s, duration_s, counts)
+        else:
+            await self._closed_loop(requests, concurrency, start_s, duration_s, counts)
+
+    async def _open_loop(
+        self, requests: Iterable[Request], start_s: float, duration_s: float | None, counts: dict
+    ) -> None:
+        for request in requests:
+            if duration_s is not None and request.arrival_s >= duration_s:
+                break
+            arrival_s = start_s + request.arrival_s
+            await self._sleep_until(arrival_s)
+            self._spawn(request, arrival_s)
+            counts["dispatched"] += 1
+            await asyncio.sleep(0)  # let it reach the engine before the next request is built
+        while self._inflight:
+            await asyncio.gather(*self._inflight)
+
+    async def _closed_loop(
+        self,
+        requests: Iterable[Request],
+        concurrency: int,
+        start_s: float,
+        duration_s: float | None,
+        counts: dict,
+    ) -> None:
+        shared = iter(requests)  # each user takes the next request from the one stream
+
+        async def user() -> None:
+            for request in shared:
+                now = self._now()
+                if duration_s is not None and now - start_s >= duration_s:
+                    return
+                counts["dispatched"] += 1
+                await self._spawn(request, now)
+
+        await asyncio.gather(*(user() for _ in range(concurrency)))
+
+    # -- one request --------------------------------------------------------------------
+
+    def _spawn(self, request: Request, arrival_s: float) -> asyncio.Task:
+        task = asyncio.get_running_loop().create_task(self._issue(request, arrival_s))
+        self._inflight.add(task)
+        task.add_done_callback(self._inflight.discard)
+        return task
+
+    async def _issue(self, request: Request, arrival_s: float) -> None:
+        record = RequestRecord(
+            id=request.id,
+            arrival_s=arrival_s,
+            dispatch_s=self._now(),
+            first_token_s=None,
+            end_s=0.0,
+            input_tokens=len(request.prompt_token_ids or ()),
+            warmup=request.is_warmup,
+        )
+        last_event_s = record.dispatch_s
+        try:
+            stream = self.engine.stream(request)
+            try:
+                async for event in stream:
+                    last_event_s = self._now()
+                    if event.token_ids:
+                        record.token_times_s.append(last_event_s)
+                        record.output_tokens += len(event.token_ids)
+                    if event.finished:
+                        record.finish_reason = event.finish_reason
+                        record.error = event.error
+                        record.input_tokens = event.num_prompt_tokens or record.input_tokens
+                        record.output_tokens = event.num_output_tokens or record.output_tokens
+                        break
+            finally:
+                aclose = getattr(stream, "aclose", None)
+                if aclose is not None:
+                    await aclose()
+        except asyncio.CancelledError:
+            record.finish_reason, record.error = "abort", "interrupted"
+            last_event_s = self._now()
+            raise
+        except Exception as err:  # an engine failure is a failed request, not a failed run
+            record.finish_reason, record.error = "error", f"{type(err).__name__}: {err}"
+            last_event_s = self._now()
+        finally:
+            self._close(record, last_event_s)
+
+    def _close(self, record: RequestRecord, last_event_s: float) -> None:
+        times = record.token_times_s
+        record.first_token_s = times[0] if times else None
+        record.end_s = times[-1] if times else last_event_s
+        if self._admission is not None:
+            admitted = self._admission.admitted_s(record.id)
+            record.admitted_s = None if admitted is None else admitted - self._origin_s
+        self.on_record(record)
+
+    # -- clock --------------------------------------------------------------------------
+
+    def _now(self) -> float:
+        return time.perf_counter() - self._origin_s
+
+    async def _sleep_until(self, target_s: float) -> None:
+        delay_s = target_s - self._now()
+        if delay_s > self.spin_s:
+            await asyncio.sleep(delay_s - self.spin_s)
+        while self._now() < target_s:
+            await asyncio.sleep(0)
+
+
+def _handle_sigint(loop: asyncio.AbstractEventLoop, callback: Callable[[], None]) -> bool:
+    try:
+        loop.add_signal_handler(signal.SIGINT, callback)
+    except (NotImplementedError, RuntimeError, ValueError):  # not the main thread, or no signals
+        return False
+    return True

@@ -1,0 +1,113 @@
+"""The run's figures, computed from its request records by one pure function.
+
+Definitions (vLLM `bench serve`, except that latencies start at the intended arrival):
+  TTFT      first token received - intended arrival
+  E2E       last token received - intended arrival
+  TPOT      (E2E - TTFT) / (output_tokens - 1), per request, only when output_tokens > 1
+  ITL       gaps between consecutive token (or chunk) arrivals, pooled over requests
+  queue     engine admission - intended arrival, when the engine reports admission
+  dispatch lag  handed to the engine - intended arrival (the load generator's own delay)
+Latencies use completed measured requests; dispatch lag uses every measured request.
+The measured window runs from the first measured arrival to the last measured end;
+throughputs and goodput divide by its length.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+
+from llmperf.config import SloConfig
+from llmperf.records import RequestRecord
+
+STAT_KEYS = ("mean", "median", "p90", "p95", "p99", "std", "min", "max")
+
+
+def distribution(values: Sequence[float]) -> dict[str, float | None]:
+    """Mean, median, p90/p95/p99 (linear interpolation), std (population), min, max."""
+    if len(values) == 0:
+        return dict.fromkeys(STAT_KEYS)
+    a = np.asarray(values, dtype=float)
+    p50, p90, p95, p99 = np.percentile(a, [50, 90, 95, 99])
+    stats = (a.mean(), p50, p90, p95, p99, a.std(), a.min(), a.max())
+    return {k: float(v) for k, v in zip(STAT_KEYS, stats, strict=True)}
+
+
+def ttft_s(r: RequestRecord) -> float | None:
+    return None if r.first_token_s is None else r.first_token_s - r.arrival_s
+
+
+def e2e_s(r: RequestRecord) -> float:
+    return r.end_s - r.arrival_s
+
+
+def tpot_s(r: RequestRecord) -> float | None:
+    ttft = ttft_s(r)
+    if r.output_tokens < 2 or ttft is None:
+        return None
+    return (e2e_s(r) - ttft) / (r.output_tokens - 1)
+
+
+def meets_slo(r: RequestRecord, slo: SloConfig) -> bool:
+    """A completed request meets the SLO when it meets each target that is set.
+
+    A one-token output has no TPOT, so it cannot miss a TPOT target.
+    """
+    if not r.ok:
+        return False
+    ttft, tpot = ttft_s(r), tpot_s(r)
+    return not (
+        (slo.ttft_s is not None and (ttft is None or ttft > slo.ttft_s))
+        or (slo.tpot_s is not None and tpot is not None and tpot > slo.tpot_s)
+        or (slo.e2e_s is not None and e2e_s(r) > slo.e2e_s)
+    )
+
+
+def compute_metrics(records: Iterable[RequestRecord], slo: SloConfig) -> dict[str, Any]:
+    """summary.json's figures from the records; warmup records are left out."""
+    records = list(records)
+    measured = [r for r in records if not r.warmup]
+    completed = [r for r in measured if r.ok]
+    warmup = [r for r in records if r.warmup]
+    if measured:
+        window_start_s = min(r.arrival_s for r in measured)
+        window_end_s = max(r.end_s for r in measured)
+    else:
+        window_start_s = window_end_s = None
+    duration_s = (window_end_s - window_start_s) if measured else 0.0
+    input_total = sum(r.input_tokens for r in completed)
+    output_total = sum(r.output_tokens for r in completed)
+    num_good = sum(meets_slo(r, slo) for r in completed)
+
+    def per_second(count: float) -> float | None:
+        return count / duration_s if duration_s > 0 else None
+
+    return {
+        "num_requests": len(measured),
+        "num_completed": len(completed),
+        "num_failed": len(measured) - len(completed),
+        "num_warmup": len(warmup),
+        "num_warmup_completed": sum(r.ok for r in warmup),
+        "window_start_s": window_start_s,
+        "window_end_s": window_end_s,
+        "duration_s": duration_s,
+        "request_throughput_rps": per_second(len(completed)),
+        "output_throughput_tps": per_second(output_total),
+        "total_throughput_tps": per_second(input_total + output_total),
+        "input_tokens_total": input_total,
+        "output_tokens_total": output_total,
+        "ttft_s": distribution([t for r in completed if (t := ttft_s(r)) is not None]),
+        "tpot_s": distribution([t for r in completed if (t := tpot_s(r)) is not None]),
+        "itl_s": distribution([g for r in completed for g in np.diff(r.token_times_s)]),
+        "e2e_s": distribution([e2e_s(r) for r in completed]),
+        "queue_s": distribution(
+            [r.admitted_s - r.arrival_s for r in completed if r.admitted_s is not None]
+        ),
+        "dispatch_lag_s": distribution([r.dispatch_s - r.arrival_s for r in measured]),
+        "slo": {"ttft_s": slo.ttft_s, "tpot_s": slo.tpot_s, "e2e_s": slo.e2e_s},
+        "num_slo_met": num_good,
+        "goodput_rps": per_second(num_good),
+        "slo_attainment": num_good / len(measured) if measured else None,
+    }

@@ -1,0 +1,73 @@
+"""What the client saw of each request, one JSON line per request in `requests.jsonl`.
+
+Times are seconds from the start of the run (the load generator's clock origin).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import IO, Any
+
+
+@dataclass
+class RequestRecord:
+    id: str
+    arrival_s: float  # intended arrival (closed loop: when a slot freed)
+    dispatch_s: float  # handed to the engine
+    first_token_s: float | None  # first token (or chunk) received
+    end_s: float  # last token received; for a request with no token, when its stream ended
+    token_times_s: list[float] = field(default_factory=list)  # one per token-carrying event
+    input_tokens: int = 0
+    output_tokens: int = 0
+    finish_reason: str | None = None  # "length", "stop", "abort" or "error"
+    error: str | None = None
+    warmup: bool = False
+    admitted_s: float | None = None  # the engine took it from its queue, if the engine tells
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and self.finish_reason not in ("error", "abort")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> RequestRecord:
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in known})
+
+
+class RecordWriter:
+    """Writes records to a fresh JSONL file, flushing each line, so a killed run keeps what
+    it measured (and a run repeated into the same folder does not mix with the last one)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._file: IO[str] | None = None
+
+    def __enter__(self) -> RecordWriter:
+        self._file = self.path.open("w", encoding="utf-8")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+    def write(self, record: RequestRecord) -> None:
+        self._file.write(json.dumps(record.to_dict()) + "\n")
+        self._file.flush()
+
+
+def read_records(path: Path) -> list[RequestRecord]:
+    return list(iter_records(path))
+
+
+def iter_records(path: Path) -> Iterator[RequestRecord]:
+    with Path(path).open(encoding="utf-8") as f:
+        for line in f:
+            if line.strip():
+                yield RequestRecord.from_dict(json.loads(line))

@@ -1,0 +1,78 @@
+"""Whether a run's figures can be trusted, as a list of named checks.
+
+A check reads the summary (and the scenario's thresholds) and says ok or not, with
+the numbers behind its verdict. Later stages add checks by appending to `CHECKS`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from llmperf.config import ValidityConfig
+
+
+@dataclass
+class Check:
+    check: str
+    ok: bool
+    detail: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def warmup_done(summary: dict[str, Any], criteria: ValidityConfig) -> Check:
+    n, done = summary["num_warmup"], summary["num_warmup_completed"]
+    return Check("warmup", n > 0 and done == n, f"{done} of {n} warmup requests completed")
+
+
+def min_duration(summary: dict[str, Any], criteria: ValidityConfig) -> Check:
+    d = summary["duration_s"]
+    return Check(
+        "min_duration",
+        d >= criteria.min_duration_s,
+        f"measured {d:.2f} s; need >= {criteria.min_duration_s} s",
+    )
+
+
+def min_completed(summary: dict[str, Any], criteria: ValidityConfig) -> Check:
+    n = summary["num_completed"]
+    return Check(
+        "min_completed",
+        n >= criteria.min_completed,
+        f"{n} completed; need >= {criteria.min_completed}",
+    )
+
+
+def error_rate(summary: dict[str, Any], criteria: ValidityConfig) -> Check:
+    failed, total = summary["num_failed"], summary["num_requests"]
+    rate = failed / total if total else 1.0
+    return Check(
+        "error_rate",
+        total > 0 and rate <= criteria.max_error_rate,
+        f"{failed} of {total} failed ({rate:.1%}); allowed {criteria.max_error_rate:.1%}",
+    )
+
+
+def not_interrupted(summary: dict[str, Any], criteria: ValidityConfig) -> Check:
+    interrupted = summary["interrupted"]
+    return Check(
+        "not_interrupted",
+        not interrupted,
+        "interrupted by SIGINT" if interrupted else "ran to the end",
+    )
+
+
+CHECKS: list[Callable[[dict[str, Any], ValidityConfig], Check]] = [
+    warmup_done,
+    min_duration,
+    min_completed,
+    error_rate,
+    not_interrupted,
+]
+
+
+def check_validity(summary: dict[str, Any], criteria: ValidityConfig) -> list[Check]:
+    return [check(summary, criteria) for check in CHECKS]

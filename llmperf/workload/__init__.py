@@ -1,0 +1,1 @@
+"""What the load generator sends: arrival times, prompt and output lengths, requests."""

@@ -1,0 +1,85 @@
+"""ShareGPT-format conversation datasets, and the `pkg://` paths of the files shipped with llmperf."""
+
+from __future__ import annotations
+
+import importlib.resources
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from llmperf.errors import ConfigError, DataError
+
+
+def resolve_path(path: str, key: str) -> Path:
+    """A filesystem path, or `pkg://package/rel/path` for a file installed inside a package.
+
+    `key` names the config field, for the error when the file is not there.
+    """
+    if path.startswith("pkg://"):
+        package, _, rel = path.removeprefix("pkg://").partition("/")
+        try:
+            resolved = Path(str(importlib.resources.files(package) / rel))
+        except ModuleNotFoundError:
+            raise ConfigError(key, path, f"no package named {package!r}") from None
+    else:
+        resolved = Path(path).expanduser()
+    if not resolved.is_file():
+        raise ConfigError(key, path, "file not found")
+    return resolved
+
+
+@dataclass(frozen=True)
+class Conversation:
+    prompt: str  # the first human turn
+    completion: str  # the reply to it; its length is the output length
+
+
+def load_sharegpt(path: str, key: str = "scenario.dataset") -> list[Conversation]:
+    """Read a ShareGPT file: a JSON list or JSONL of {"conversations": [{"from", "value"}, ...]}.
+
+    Conversations without a human turn followed by a reply are skipped, as in vLLM's
+    `bench serve`; a line that is not such an object is an error naming the line.
+    """
+    file = resolve_path(path, key)
+    text = file.read_text(encoding="utf-8")
+    if text.lstrip().startswith("["):
+        try:
+            items = list(enumerate(json.loads(text), start=1))
+        except json.JSONDecodeError as err:
+            raise DataError(
+                f"{key}: {file}: not valid JSON ({err.msg} at line {err.lineno})"
+            ) from None
+        where = "item"
+    else:
+        items = []
+        for lineno, line in enumerate(text.splitlines(), start=1):
+            if not line.strip():
+                continue
+            try:
+                items.append((lineno, json.loads(line)))
+            except json.JSONDecodeError as err:
+                raise DataError(
+                    f"{key}: {file} line {lineno}: not valid JSON ({err.msg})"
+                ) from None
+        where = "line"
+    conversations = []
+    for index, item in items:
+        turns = item.get("conversations") if isinstance(item, dict) else None
+        if not isinstance(turns, list) or not all(_is_turn(t) for t in turns):
+            raise DataError(
+                f"{key}: {file} {where} {index}: expected an object with "
+                '"conversations": [{"from": ..., "value": ...}, ...]'
+            )
+        if len(turns) >= 2 and turns[0]["from"] == "human":
+            conversations.append(Conversation(turns[0]["value"], turns[1]["value"]))
+    if not conversations:
+        raise DataError(f"{key}: {file} holds no conversation with a prompt and a reply")
+    return conversations
+
+
+def _is_turn(turn: object) -> bool:
+    return (
+        isinstance(turn, dict)
+        and isinstance(turn.get("from"), str)
+        and isinstance(turn.get("value"), str)
+    )

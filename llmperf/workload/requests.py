@@ -1,0 +1,188 @@
+"""The scenario's requests: arrival times, prompt tokens and output lengths, all seeded.
+
+The same scenario and tokenizer give the same requests, and each part has its own
+random stream, so changing the output lengths leaves the arrivals as they were.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+
+from engines.base import Request, SamplingParams, Tokenizer
+from llmperf.config import LengthConfig, ScenarioConfig
+from llmperf.errors import DataError
+from llmperf.workload.arrivals import ARRIVALS
+from llmperf.workload.datasets import Conversation, load_sharegpt, resolve_path
+from llmperf.workload.lengths import clip_length, sample_length
+from llmperf.workload.trace import TRACE_BLOCK_TOKENS, TraceRow, load_trace
+
+
+@dataclass
+class _Streams:
+    """One random generator per part of a request."""
+
+    arrivals: np.random.Generator
+    prompt_lengths: np.random.Generator
+    output_lengths: np.random.Generator
+    prompt_tokens: np.random.Generator
+    order: np.random.Generator  # dataset conversations, warmup trace rows
+
+    @classmethod
+    def of(cls, seed: int, phase: int) -> _Streams:
+        """Fresh generators for a phase (0: measured, 1: warmup): the same on every call."""
+        phase_seq = np.random.SeedSequence(seed).spawn(2)[phase]
+        return cls(*(np.random.default_rng(s) for s in phase_seq.spawn(5)))
+
+
+def check_inputs(scenario: ScenarioConfig) -> None:
+    """Fail now, before any engine starts, if the dataset is missing or the trace is corrupt."""
+    if scenario.dataset:
+        resolve_path(scenario.dataset, "scenario.dataset")
+    if ARRIVALS[scenario.arrival.process].needs_trace:
+        load_trace(scenario.arrival.trace_path)
+
+
+class Workload:
+    """Builds a scenario's warmup and measured requests for one tokenizer.
+
+    Reads the dataset and trace files on construction, so a missing or corrupt file
+    fails before any load is sent.
+    """
+
+    def __init__(self, scenario: ScenarioConfig, tokenizer: Tokenizer) -> None:
+        self.scenario = scenario
+        self.tokenizer = tokenizer
+        self.process = ARRIVALS[scenario.arrival.process]
+        self.trace: list[TraceRow] = (
+            load_trace(scenario.arrival.trace_path) if self.process.needs_trace else []
+        )
+        self.conversations: list[Conversation] = (
+            load_sharegpt(scenario.dataset) if scenario.dataset else []
+        )
+        eos = set(tokenizer.eos_token_ids)
+        self._token_pool = np.array([t for t in range(tokenizer.vocab_size) if t not in eos])
+        self._encoded: dict[str, list[int]] = {}
+        self.sampling = SamplingParams(
+            temperature=scenario.temperature, ignore_eos=scenario.ignore_eos
+        )
+
+    @property
+    def closed_loop(self) -> bool:
+        return self.process.closed_loop
+
+    def requests(self) -> Iterator[Request]:
+        """The measured requests in arrival order; `arrival_s` is from the measured phase's start.
+
+        Ends after `num_requests` (or with the trace); with only `duration_s` set it is
+        endless and the load generator stops it.
+        """
+        streams = _Streams.of(self.scenario.seed, phase=0)
+        times = self.process.times(self.scenario.arrival, streams.arrivals, self.trace)
+        rows: Iterator[TraceRow | None] = iter(self.trace) if self.trace else itertools.repeat(None)
+        requests = self._build(streams, times, rows, prefix="", is_warmup=False)
+        return itertools.islice(requests, self.scenario.num_requests)
+
+    def warmup(self) -> list[Request]:
+        """Warmup requests: shaped like the measured ones, drawn from their own random stream.
+
+        On a trace they take the lengths of randomly picked rows but not their shared
+        prefixes, so they do not fill a prefix cache for the measured requests.
+        """
+        n = self.scenario.warmup_requests
+        streams = _Streams.of(self.scenario.seed, phase=1)
+        rows: Iterator[TraceRow | None] = itertools.repeat(None)
+        if self.trace:
+            picks = streams.order.integers(0, len(self.trace), size=n)
+            rows = (
+                TraceRow(0.0, r.input_length, r.output_length)
+                for r in (self.trace[i] for i in picks)
+            )
+        return list(self._build(streams, itertools.repeat(0.0, n), rows, "warmup-", is_warmup=True))
+
+    # -- building ---------------------------------------------------------------------
+
+    def _build(
+        self,
+        streams: _Streams,
+        times: Iterator[float],
+        rows: Iterator[TraceRow | None],
+        prefix: str,
+        is_warmup: bool,
+    ) -> Iterator[Request]:
+        conversations = self._conversation_cycle(streams.order)
+        for i, (arrival_s, row) in enumerate(zip(times, rows, strict=False)):
+            if row is not None:
+                prompt = self._trace_prompt(row, streams.prompt_tokens)
+                max_tokens = row.output_length
+            else:
+                conversation = next(conversations) if self.conversations else None
+                prompt = self._prompt(conversation, streams)
+                max_tokens = self._output_length(conversation, streams)
+            yield Request(
+                id=f"{prefix}{i}",
+                max_tokens=max_tokens,
+                prompt_token_ids=prompt,
+                sampling=self.sampling,
+                arrival_s=float(arrival_s),
+                is_warmup=is_warmup,
+            )
+
+    def _random_tokens(self, n: int, rng: np.random.Generator) -> list[int]:
+        return rng.choice(self._token_pool, size=n).tolist()
+
+    def _prompt(self, conversation: Conversation | None, streams: _Streams) -> list[int]:
+        cfg = self.scenario.prompt_tokens
+        if cfg.dist == "dataset":
+            ids = self._encode(conversation.prompt)
+            return ids[: cfg.max] if cfg.max is not None else ids
+        return self._random_tokens(
+            sample_length(cfg, streams.prompt_lengths), streams.prompt_tokens
+        )
+
+    def _output_length(self, conversation: Conversation | None, streams: _Streams) -> int:
+        cfg = self.scenario.output_tokens
+        if cfg.dist == "dataset":
+            return clip_length(cfg, len(self._encode(conversation.completion)))
+        return sample_length(cfg, streams.output_lengths)
+
+    def _trace_prompt(self, row: TraceRow, rng: np.random.Generator) -> list[int]:
+        """The row's blocks, each the same tokens wherever its hash id appears; then padding."""
+        ids: list[int] = []
+        for hash_id in row.hash_ids:
+            if len(ids) >= row.input_length:
+                break
+            block_rng = np.random.default_rng([self.scenario.seed, hash_id])
+            ids.extend(self._random_tokens(TRACE_BLOCK_TOKENS, block_rng))
+        ids = ids[: row.input_length]
+        return ids + self._random_tokens(row.input_length - len(ids), rng)
+
+    def _encode(self, text: str) -> list[int]:
+        if text not in self._encoded:
+            self._encoded[text] = self.tokenizer.encode(text)
+        return self._encoded[text]
+
+    def _conversation_cycle(self, rng: np.random.Generator) -> Iterator[Conversation]:
+        """Conversations in a seeded order, reshuffled on each pass; short prompts skipped."""
+        if not self.conversations:
+            return
+        min_prompt = _min_prompt_tokens(self.scenario.prompt_tokens)
+        while True:
+            usable = 0
+            for index in rng.permutation(len(self.conversations)):
+                conversation = self.conversations[index]
+                if len(self._encode(conversation.prompt)) >= min_prompt:
+                    usable += 1
+                    yield conversation
+            if not usable:
+                raise DataError(
+                    f"scenario.dataset: no conversation in {self.scenario.dataset} has a prompt "
+                    f"of at least scenario.prompt_tokens.min={min_prompt} tokens"
+                )
+
+
+def _min_prompt_tokens(cfg: LengthConfig) -> int:
+    return cfg.min if cfg.dist == "dataset" else 1
