@@ -215,7 +215,7 @@ def test_probe_cache_is_shared_through_llmperf_cache_dir(tmp_path, monkeypatch):
     monkeypatch.setenv("LLMPERF_CACHE_DIR", str(tmp_path))
     assert probe.cache_dir() == tmp_path
     monkeypatch.setattr(probe, "measure", lambda device, read_bytes=None: fake_probe_result())
-    probe.probe()
+    assert probe.measured_read_bw_bytes_per_s() == 40e9
     assert (tmp_path / "probe.json").is_file()
 
 

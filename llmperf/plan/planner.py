@@ -207,14 +207,12 @@ def plan(
         )
 
     def decode_at(batch: int, n: int) -> StepTime:
-        return step_time(
-            decode_work(work, batch, workload.context_len), batch, model, profile, prec.compute_dtype, n
-        )
+        step = decode_work(work, batch, workload.context_len)
+        return step_time(step, batch, model, profile, prec.compute_dtype, n)
 
     def prefill_at(prompt: float, n: int) -> StepTime:
-        return step_time(
-            prefill_work(work, 1, prompt), prompt, model, profile, prec.compute_dtype, n
-        )
+        step = prefill_work(work, 1, prompt)
+        return step_time(step, prompt, model, profile, prec.compute_dtype, n)
 
     concurrency = workload.concurrency
     if concurrency is None and workload.rate_rps is not None:
