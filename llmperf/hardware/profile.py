@@ -12,6 +12,8 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "int8")
+# torch's names, as engines report their compute dtype
+DTYPE_ALIASES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16", "int8": "int8"}
 KINDS = ("gpu", "cpu")
 SOURCES = ("datasheet", "probe", "detected")
 _POSITIVE_FIELDS = (
@@ -61,7 +63,7 @@ class HardwareProfile:
 
     def flops_for(self, dtype: str) -> float | None:
         """Datasheet dense FLOP/s for a compute dtype (int8 and fp8 weight-only run in bf16)."""
-        return self.peak_flops.get(dtype)
+        return self.peak_flops.get(canonical_dtype(dtype))
 
     def mem_bw(self, peak: str = "best") -> float | None:
         """Memory bandwidth in bytes/s: `datasheet`, `measured`, or `best` (datasheet, else measured)."""
@@ -69,6 +71,7 @@ class HardwareProfile:
 
     def flops(self, dtype: str, peak: str = "best") -> float | None:
         """Dense FLOP/s for `dtype`: `datasheet`, `measured`, or `best` (datasheet, else measured)."""
+        dtype = canonical_dtype(dtype)
         return _pick(peak, self.peak_flops.get(dtype), self.measured_flops.get(dtype))
 
     def peak_source(self) -> str | None:
@@ -101,6 +104,12 @@ class HardwareProfile:
         if "name" not in d:
             raise ValueError("hardware profile needs a name")
         return cls(**dict(d))
+
+
+def canonical_dtype(dtype: str) -> str:
+    """ "bf16" for "bf16", "bfloat16" or "torch.bfloat16"."""
+    name = str(dtype).removeprefix("torch.")
+    return DTYPE_ALIASES.get(name, name)
 
 
 def field_names() -> list[str]:
