@@ -1,0 +1,5 @@
+import sys
+
+from llmperf.plan.cli import main
+
+sys.exit(main())
