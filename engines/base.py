@@ -138,3 +138,9 @@ class Engine(Protocol):
     @property
     def tokenizer(self) -> Tokenizer | None:
         """Tokenizer used to build prompts and count tokens, if the engine has one."""
+
+
+# Optional: an engine that holds requests back to form batches (static batching)
+# has `flush()`, called by the load generator when no more requests are coming for
+# now (after the warmup, after the last request, between closed-loop sends): what
+# waits launches even as a partial batch.

@@ -67,7 +67,6 @@ class SyntheticEngine:
         self._tokenizer = ByteTokenizer()
         self._rng = np.random.default_rng(seed)
         self._slots: asyncio.Semaphore | None = None
-        self._admitted_s: dict[str, float] = {}
         self._running = False
 
     @property
@@ -94,10 +93,6 @@ class SyntheticEngine:
             },
         }
 
-    def admitted_s(self, request_id: str) -> float | None:
-        """perf_counter() time the request left the queue; forgotten once read."""
-        return self._admitted_s.pop(request_id, None)
-
     async def stream(self, request: Request) -> AsyncIterator[TokenEvent]:
         if not self._running:
             raise RuntimeError("the synthetic engine is not started")
@@ -114,7 +109,6 @@ class SyntheticEngine:
 
     async def _generate(self, request: Request, num_prompt: int) -> AsyncIterator[TokenEvent]:
         admitted = time.perf_counter()
-        self._admitted_s[request.id] = admitted
         deadline = admitted + self._scaled(self.ttft_s + self.prefill_s_per_token * num_prompt)
         tokens = self._rng.choice(_OUTPUT_BYTES, size=request.max_tokens).tolist()
         for k, token in enumerate(tokens):
@@ -134,6 +128,7 @@ class SyntheticEngine:
                 finish_reason="length" if last else None,
                 num_prompt_tokens=num_prompt if last else None,
                 num_output_tokens=len(tokens) if last else None,
+                scheduled_s=admitted if k == 0 else None,
             )
 
     def _scaled(self, delay_s: float) -> float:

@@ -18,18 +18,9 @@ import signal
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
 
 from engines.base import Engine, Request
 from llmperf.records import RequestRecord
-
-
-@runtime_checkable
-class ReportsAdmission(Protocol):
-    """An engine that can tell when it took a request from its wait queue."""
-
-    def admitted_s(self, request_id: str) -> float | None:
-        """perf_counter() time of admission, or None if unknown; may forget it once read."""
 
 
 @dataclass
@@ -62,7 +53,8 @@ class LoadGenerator:
         # stretch before a send is spent yielding to the loop instead, to cut dispatch lag.
         self.spin_s = spin_s
         self.interrupted = False
-        self._admission = engine if isinstance(engine, ReportsAdmission) else None
+        # Engines that hold requests to form batches launch what waits when flushed.
+        self._flush = getattr(engine, "flush", None) or (lambda: None)
         self._origin_s = 0.0
         self._inflight: set[asyncio.Task] = set()
         self._phases: asyncio.Task | None = None
@@ -132,7 +124,10 @@ class LoadGenerator:
     ) -> None:
         if warmup:
             now = self._now()
-            await asyncio.gather(*(self._spawn(r, now) for r in warmup))
+            tasks = [self._spawn(r, now) for r in warmup]
+            await asyncio.sleep(0)  # let them reach the engine
+            self._flush()
+            await asyncio.gather(*tasks)
         counts["measure_start_s"] = start_s = self._now()
         if concurrency is None:
             await self._open_loop(requests, start_s, duration_s, counts)
@@ -150,6 +145,7 @@ class LoadGenerator:
             self._spawn(request, arrival_s)
             counts["dispatched"] += 1
             await asyncio.sleep(0)  # let it reach the engine before the next request is built
+        self._flush()  # no more requests are coming
         while self._inflight:
             await asyncio.gather(*self._inflight)
 
@@ -169,7 +165,11 @@ class LoadGenerator:
                 if duration_s is not None and now - start_s >= duration_s:
                     return
                 counts["dispatched"] += 1
-                await self._spawn(request, now)
+                task = self._spawn(request, now)
+                await asyncio.sleep(0)
+                # Nothing more comes until a request in flight ends: a batch may launch now.
+                self._flush()
+                await task
 
         await asyncio.gather(*(user() for _ in range(concurrency)))
 
@@ -197,6 +197,8 @@ class LoadGenerator:
             try:
                 async for event in stream:
                     last_event_s = self._now()
+                    if event.scheduled_s is not None:
+                        record.admitted_s = event.scheduled_s - self._origin_s
                     if event.token_ids:
                         record.token_times_s.append(last_event_s)
                         record.output_tokens += len(event.token_ids)
@@ -224,9 +226,6 @@ class LoadGenerator:
         times = record.token_times_s
         record.first_token_s = times[0] if times else None
         record.end_s = times[-1] if times else last_event_s
-        if self._admission is not None:
-            admitted = self._admission.admitted_s(record.id)
-            record.admitted_s = None if admitted is None else admitted - self._origin_s
         self.on_record(record)
 
     # -- clock --------------------------------------------------------------------------

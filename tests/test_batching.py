@@ -123,7 +123,7 @@ def test_static_batch_waits_for_a_full_batch_until_told_no_more_come():
             task = asyncio.create_task(_collect(eng, Request(id="s0", max_tokens=2, prompt_token_ids=[3, 4])))
             await asyncio.sleep(0.2)
             assert not task.done()  # a batch of one is not full
-            eng.finish_submissions()
+            eng.flush()
             return await asyncio.wait_for(task, 10)
 
         assert len(asyncio.run(run())) == 2
@@ -197,7 +197,7 @@ async def _stream_all(eng, reqs, finish=True, keep_events=False):
         tasks = [asyncio.create_task(_collect(eng, r, logs[i] if keep_events else None)) for i, r in enumerate(reqs)]
         await asyncio.sleep(0)
         if finish:
-            eng.finish_submissions()
+            eng.flush()
         results = await asyncio.wait_for(asyncio.gather(*tasks), 60)
     finally:
         eng.stop()

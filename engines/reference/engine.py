@@ -195,7 +195,8 @@ class ReferenceEngine:
         self._lock = threading.Condition()  # guards the inbox, aborts and the flags below
         self._inbox: list[Sequence] = []
         self._aborts: set[str] = set()
-        self._expect_more = True
+        self._last_order = -1  # arrival order of the latest submission
+        self._flushed_order = -1  # requests up to this order may launch in a partial batch
         self._running = False
         self._thread: threading.Thread | None = None
         self._step_lock = threading.Lock()  # one forward at a time (loop, logits())
@@ -210,7 +211,6 @@ class ReferenceEngine:
             if self._running:
                 return
             self._running = True
-            self._expect_more = True
         self._thread = threading.Thread(target=self._loop, name="reference-engine", daemon=True)
         self._thread.start()
 
@@ -240,10 +240,10 @@ class ReferenceEngine:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def finish_submissions(self) -> None:
-        """No more requests will come: a partial static batch may launch now."""
+    def flush(self) -> None:
+        """No more requests are coming for now: what waits launches, even a partial static batch."""
         with self._lock:
-            self._expect_more = False
+            self._flushed_order = self._last_order
             self._lock.notify_all()
 
     async def stream(self, request: Request) -> AsyncIterator[TokenEvent]:
@@ -315,16 +315,16 @@ class ReferenceEngine:
         if self._thread is not None:
             for p in pending:
                 self._submit(p.seq)
+            self.flush()
             for p in pending:
                 p.done.wait()
         else:
             for p in pending:
                 self._submit(p.seq)
-            self._expect_more = False
+            self.flush()
             while not all(p.done.is_set() for p in pending):
                 if not self._step_once():
                     raise RuntimeError("the engine stalled with unfinished requests")
-            self._expect_more = True
         for p in pending:
             if p.error:
                 raise ValueError(p.error)
@@ -370,7 +370,7 @@ class ReferenceEngine:
         with self._lock:
             inbox, self._inbox = self._inbox, []
             aborts, self._aborts = self._aborts, set()
-            expect_more = self._expect_more
+            flushed_order = self._flushed_order
         now = time.perf_counter()
         for seq in inbox:
             self.scheduler.add(seq)
@@ -382,7 +382,7 @@ class ReferenceEngine:
             return False
         with self._step_lock:
             start = time.perf_counter()
-            out = self.scheduler.schedule(start, expect_more)
+            out = self.scheduler.schedule(start, flushed_order)
             if out is None:
                 return False
             logits, sampled = self.runner.run(out.scheduled)
@@ -455,6 +455,7 @@ class ReferenceEngine:
         with self._lock:
             self._live[seq.request_id] = seq
             self._inbox.append(seq)
+            self._last_order = max(self._last_order, seq.order)
             self._lock.notify_all()
 
     def _check_fits(self, seq: Sequence) -> str | None:

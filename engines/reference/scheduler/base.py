@@ -77,11 +77,12 @@ class Scheduler(ABC):
         return bool(self.waiting or self.running)
 
     @abstractmethod
-    def schedule(self, now_s: float, expect_more: bool) -> SchedulerOutput | None:
+    def schedule(self, now_s: float, flushed_order: int) -> SchedulerOutput | None:
         """The next step, or None when nothing should run yet.
 
-        `expect_more` is False once the client said no more requests will come
-        (a static batch then launches even when not full).
+        Requests whose arrival order is <= `flushed_order` arrived before the
+        client said none would follow for now: a static batch holding one of
+        them launches even when it is not full.
         """
 
     def next_wakeup_s(self, now_s: float) -> float | None:

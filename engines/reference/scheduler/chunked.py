@@ -14,7 +14,7 @@ from engines.reference.scheduler.base import ScheduledSeq, Scheduler, SchedulerO
 class ChunkedPrefillScheduler(Scheduler):
     name = "chunked"
 
-    def schedule(self, now_s: float, expect_more: bool) -> SchedulerOutput | None:
+    def schedule(self, now_s: float, flushed_order: int) -> SchedulerOutput | None:
         out = SchedulerOutput([])
         budget = self.opts.max_num_batched_tokens
         decoding = [s for s in self.running if not self.is_prefill(s)]

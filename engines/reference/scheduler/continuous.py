@@ -15,7 +15,7 @@ from engines.reference.scheduler.base import Scheduler, SchedulerOutput
 class ContinuousScheduler(Scheduler):
     name = "continuous"
 
-    def schedule(self, now_s: float, expect_more: bool) -> SchedulerOutput | None:
+    def schedule(self, now_s: float, flushed_order: int) -> SchedulerOutput | None:
         out = SchedulerOutput([])
         budget = self.opts.max_num_batched_tokens
         while self.waiting and len(self.running) < self.opts.max_num_seqs:

@@ -8,8 +8,8 @@ from engines.reference.scheduler.static import StaticScheduler
 class DynamicScheduler(StaticScheduler):
     name = "dynamic"
 
-    def ready_to_launch(self, now_s: float, expect_more: bool) -> bool:
-        if super().ready_to_launch(now_s, expect_more):
+    def ready_to_launch(self, now_s: float, flushed_order: int) -> bool:
+        if super().ready_to_launch(now_s, flushed_order):
             return True
         return bool(self.waiting) and now_s >= self._deadline_s()
 

@@ -8,7 +8,7 @@ from engines.reference.scheduler.base import Scheduler, SchedulerOutput
 class SequentialScheduler(Scheduler):
     name = "sequential"
 
-    def schedule(self, now_s: float, expect_more: bool) -> SchedulerOutput | None:
+    def schedule(self, now_s: float, flushed_order: int) -> SchedulerOutput | None:
         out = SchedulerOutput([])
         if not self.running and self.waiting:
             seq = self.waiting[0]

@@ -19,15 +19,17 @@ class StaticScheduler(Scheduler):
         super().__init__(kv, opts)
         self.batch: list[Sequence] = []
 
-    def ready_to_launch(self, now_s: float, expect_more: bool) -> bool:
-        return len(self.waiting) >= self.opts.max_batch_size or (bool(self.waiting) and not expect_more)
+    def ready_to_launch(self, now_s: float, flushed_order: int) -> bool:
+        if len(self.waiting) >= self.opts.max_batch_size:
+            return True
+        return any(s.order <= flushed_order for s in self.waiting)
 
-    def schedule(self, now_s: float, expect_more: bool) -> SchedulerOutput | None:
+    def schedule(self, now_s: float, flushed_order: int) -> SchedulerOutput | None:
         out = SchedulerOutput([])
         if self.batch and not self._live_members():
             self._release_batch()
         if not self.batch:
-            if not self.ready_to_launch(now_s, expect_more):
+            if not self.ready_to_launch(now_s, flushed_order):
                 return None
             for seq in list(self.waiting)[: self.opts.max_batch_size]:
                 if not self.try_admit(seq, seq.num_uncomputed_tokens):
