@@ -14,6 +14,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
 from llmperf.errors import ConfigError
+from llmperf.telemetry.sources import SOURCES
 from llmperf.workload.arrivals import ARRIVALS
 from llmperf.workload.lengths import LENGTHS
 
@@ -254,11 +255,14 @@ ENGINE_CONFIGS: dict[str, type[EngineConfig]] = {
 @dataclass
 class TelemetryConfig:
     enabled: bool = True
-    interval_s: float = 0.1
-    source: str = "auto"
+    interval_s: float = 0.1  # GPM needs >= 0.1 s between its readings; shorter intervals skip them
+    source: str = "auto"  # auto, or one of the samplers in llmperf/telemetry/sources.py
+    device_indices: list[int] | None = None  # CUDA indices as the process sees them; null: all
 
     def __post_init__(self) -> None:
         _positive(self, "interval_s", allow_none=False)
+        if self.source not in SOURCES:
+            raise ConfigError("source", self.source, "unknown telemetry source", SOURCES)
 
 
 @dataclass

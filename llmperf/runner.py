@@ -1,11 +1,16 @@
 """One benchmark run, as a list of stages that each do one thing to a `Run`.
 
     write_config       config.yaml, first, so even a run that fails says what it was
+    resolve_hardware   the hardware profile (a datasheet, or this machine's probed ceilings)
     build              the engine from its registry, and the scenario's workload for its tokenizer
     write_environment  environment.json, once the engine has loaded what it uses (torch, CUDA)
-    drive_load         warmup then measured load, inside every AROUND_LOAD context (engine started, ...)
+    drive_load         warmup then measured load, inside every AROUND_LOAD context
+                       (engine started, telemetry collected)
     write_step_stats   steps.jsonl, when the engine reports its steps
-    summarize          the figures from the records, the config objects, the validity checks
+    write_telemetry    telemetry.csv, on the records' clock
+    summarize          the figures from the records and the config objects
+    add_hardware_figures  telemetry peaks and energy, roofline MBU/MFU, cost per token
+    judge_validity     the validity checks over the whole summary
     write_summary      summary.json and the table on the console
 
 A new stage is one more entry in STAGES (a figure added to the summary goes after
@@ -26,16 +31,22 @@ from typing import Any
 from omegaconf import OmegaConf
 from rich.console import Console
 
-from engines.base import Engine
+from engines.base import Engine, StepStat
+from engines.reference.config import ModelConfig
 from engines.registry import build_engine
 from engines.synthetic import ByteTokenizer
 from llmperf.config import Config
 from llmperf.console import LoadProgress, print_summary
+from llmperf.cost import cost_summary
 from llmperf.environment import collect_environment
 from llmperf.errors import UsageError
+from llmperf.hardware.profile import HardwareProfile
+from llmperf.hardware.registry import resolve_profile
 from llmperf.loadgen import LoadGenerator, LoadResult
 from llmperf.metrics import compute_metrics
 from llmperf.records import RecordWriter, RequestRecord
+from llmperf.roofline import estimate_summary, roofline_summary
+from llmperf.telemetry import Collector, SamplerUnavailable
 from llmperf.validity import check_validity
 from llmperf.workload.requests import Workload
 
@@ -53,6 +64,8 @@ class Run:
     records: list[RequestRecord] = field(default_factory=list)
     load: LoadResult | None = None
     summary: dict[str, Any] = field(default_factory=dict)
+    profile: HardwareProfile | None = None
+    collector: Collector | None = None
 
     @property
     def interrupted(self) -> bool:
@@ -62,6 +75,13 @@ class Run:
 def write_config(run: Run) -> None:
     run.run_dir.mkdir(parents=True, exist_ok=True)
     (run.run_dir / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.structured(run.config)))
+
+
+def resolve_hardware(run: Run) -> None:
+    try:
+        run.profile = resolve_profile(run.config.hardware)
+    except ValueError as err:
+        raise UsageError(f"hardware: {err}") from None
 
 
 def build(run: Run) -> None:
@@ -89,7 +109,28 @@ def engine_running(run: Run) -> Iterator[None]:
         run.engine.stop()
 
 
-AROUND_LOAD: list[Callable[[Run], contextlib.AbstractContextManager]] = [engine_running]
+@contextlib.contextmanager
+def telemetry_collected(run: Run) -> Iterator[None]:
+    cfg = run.config.telemetry
+    if not cfg.enabled:
+        yield
+        return
+    collector = Collector(cfg.interval_s, cfg.source, cfg.device_indices)
+    try:
+        collector.start()
+    except SamplerUnavailable as err:
+        raise UsageError(f"telemetry.source={cfg.source!r}: {err}") from None
+    run.collector = collector
+    try:
+        yield
+    finally:
+        collector.stop()
+
+
+AROUND_LOAD: list[Callable[[Run], contextlib.AbstractContextManager]] = [
+    telemetry_collected,
+    engine_running,
+]
 
 
 def drive_load(run: Run) -> None:
@@ -127,6 +168,21 @@ def write_step_stats(run: Run) -> None:
             f.write(json.dumps(row) + "\n")
 
 
+def write_telemetry(run: Run) -> None:
+    if run.collector is not None:
+        run.collector.rebase(run.load.origin_perf_counter_s)
+        run.collector.write_csv(run.run_dir / "telemetry.csv")
+
+
+def measured_steps(run: Run) -> list[StepStat]:
+    """The engine's steps that started in the measured window (after warmup)."""
+    step_stats = getattr(run.engine, "step_stats", None)
+    if step_stats is None:
+        return []
+    start = run.load.origin_perf_counter_s + run.load.measure_start_s
+    return [s for s in step_stats() if s.start_s >= start]
+
+
 def summarize(run: Run) -> None:
     cfg = run.config
     run.summary = {
@@ -134,7 +190,7 @@ def summarize(run: Run) -> None:
         "engine": {**run.engine.info(), "name": cfg.engine.name, "config": asdict(cfg.engine)},
         "scenario": asdict(cfg.scenario),
         "model": asdict(cfg.model),
-        "hardware": cfg.hardware,
+        "hardware": run.profile.to_dict() if run.profile else cfg.hardware,
         "valid": False,
         "validity": [],
         "interrupted": run.load.interrupted,
@@ -143,7 +199,54 @@ def summarize(run: Run) -> None:
         "origin_perf_counter_s": run.load.origin_perf_counter_s,
         "measure_start_s": run.load.measure_start_s,
     }
-    checks = check_validity(run.summary, cfg.scenario.validity)
+
+
+def add_hardware_figures(run: Run) -> None:
+    """Telemetry (measured window), roofline MBU/MFU and cost per token."""
+    s = run.summary
+    if run.collector is not None:
+        s.update(run.collector.summarize(run.load.measure_start_s, run.load.end_s))
+    info = s["engine"]
+    model_config = info.get("model_config")
+    if model_config and run.profile is not None:
+        s.update(_roofline(run, ModelConfig(**model_config), info))
+    usd_per_hour = run.profile.usd_per_hour if run.profile else None
+    s.update(
+        cost_summary(
+            usd_per_hour,
+            s["duration_s"],
+            s["input_tokens_total"],
+            s["output_tokens_total"],
+            steps=measured_steps(run),
+            energy_j=s.get("energy_j"),
+        )
+    )
+
+
+def _roofline(run: Run, model: ModelConfig, info: dict[str, Any]) -> dict[str, Any]:
+    s, profile = run.summary, run.profile
+    tp = info.get("tp", 1)
+    if tp > 1 and profile.kind == "gpu":  # the ranks' devices add up
+        profile = profile.scaled(tp)
+    kv_bytes_per_element = info["kv_bytes_per_token"] / model.kv_bytes_per_token(1)
+    steps = measured_steps(run)
+    common = (model, info["weight_bytes"], kv_bytes_per_element, profile, info["compute_dtype"])
+    if steps:
+        return roofline_summary(
+            steps, *common, output_tokens=s["output_tokens_total"], duration_s=s["duration_s"]
+        )
+    return estimate_summary(
+        *common,
+        output_tokens=s["output_tokens_total"],
+        input_tokens=s["input_tokens_total"],
+        num_requests=s["num_completed"],
+        duration_s=s["duration_s"],
+        tpot_s_mean=(s.get("tpot_s") or {}).get("mean"),
+    )
+
+
+def judge_validity(run: Run) -> None:
+    checks = check_validity(run.summary, run.config.scenario.validity)
     run.summary["validity"] = [c.to_dict() for c in checks]
     run.summary["valid"] = all(c.ok for c in checks)
 
@@ -155,11 +258,15 @@ def write_summary(run: Run) -> None:
 
 STAGES: list[Callable[[Run], None]] = [
     write_config,
+    resolve_hardware,
     build,
     write_environment,
     drive_load,
     write_step_stats,
+    write_telemetry,
     summarize,
+    add_hardware_figures,
+    judge_validity,
     write_summary,
 ]
 

@@ -65,12 +65,22 @@ def not_interrupted(summary: dict[str, Any], criteria: ValidityConfig) -> Check:
     )
 
 
+def no_throttling(summary: dict[str, Any], criteria: ValidityConfig) -> Check:
+    """Clocks held down by power, heat or the board (NVML) make figures unrepresentative."""
+    throttled = summary.get("throttled")
+    if throttled is None:
+        return Check("no_throttling", True, "not measured (no NVML)")
+    reasons = ", ".join(summary.get("throttle_reasons") or []) or "none"
+    return Check("no_throttling", not throttled, f"throttle reasons seen: {reasons}")
+
+
 CHECKS: list[Callable[[dict[str, Any], ValidityConfig], Check]] = [
     warmup_done,
     min_duration,
     min_completed,
     error_rate,
     not_interrupted,
+    no_throttling,
 ]
 
 

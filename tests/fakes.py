@@ -11,8 +11,8 @@ from engines.synthetic import ByteTokenizer, SyntheticEngine
 from llmperf.records import RequestRecord
 
 # Engines the end-to-end tests run every scenario preset against, with the overrides
-# that make each one quick. Add "reference" to E2E_ENGINES once it is on the branch.
-E2E_ENGINES = ["synthetic"]
+# that make each one quick.
+E2E_ENGINES = ["synthetic", "reference"]
 ENGINE_OVERRIDES = {
     "synthetic": [
         "engine=synthetic",

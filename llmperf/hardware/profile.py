@@ -87,6 +87,24 @@ class HardwareProfile:
             v is not None for v in self.measured_flops.values()
         )
 
+    def scaled(self, num_devices: int) -> HardwareProfile:
+        """`num_devices` of these working as one (tensor parallel): bandwidth, FLOP/s, memory and price add up."""
+
+        def times(v: float | None) -> float | None:
+            return None if v is None else v * num_devices
+
+        return replace(
+            self,
+            name=f"{num_devices}x {self.name}",
+            memory_bytes=times(self.memory_bytes),
+            peak_mem_bw_bytes_per_s=times(self.peak_mem_bw_bytes_per_s),
+            measured_mem_bw_bytes_per_s=times(self.measured_mem_bw_bytes_per_s),
+            peak_flops={k: times(v) for k, v in self.peak_flops.items()},
+            measured_flops={k: times(v) for k, v in self.measured_flops.items()},
+            usd_per_hour=times(self.usd_per_hour),
+            tdp_w=times(self.tdp_w),
+        )
+
     # -- (de)serialization -------------------------------------------------------
 
     def with_overrides(self, **overrides: Any) -> HardwareProfile:

@@ -78,6 +78,12 @@ class Collector:
             self._thread = None
         return list(self._samples)
 
+    def rebase(self, t0: float) -> None:
+        """Move the samples' timestamps (and later ones) onto a clock starting at perf_counter() `t0`."""
+        shift = self.t0 - t0
+        self._samples = [Sample(s.timestamp_s + shift, s.values) for s in self._samples]
+        self.t0 = t0
+
     @property
     def samples(self) -> list[Sample]:
         return list(self._samples)

@@ -1,0 +1,104 @@
+"""A real run on CPU: telemetry rows, roofline and cost figures recomputed from the run's own files."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+
+import pytest
+from rich.console import Console
+
+from engines.reference.config import ModelConfig
+from llmperf.runner import run_benchmark
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    from hydra import compose, initialize_config_module
+
+    from llmperf.config import load_config, register_configs
+
+    register_configs()
+    overrides = [
+        "scenario=offline",
+        "scenario.num_requests=12",
+        "scenario.warmup_requests=2",
+        "scenario.prompt_tokens.dist=fixed",
+        "scenario.prompt_tokens.value=64",
+        "scenario.output_tokens.dist=fixed",
+        "scenario.output_tokens.value=32",
+        "engine.batching=continuous",
+        "telemetry.interval_s=0.05",
+        "hardware=cpu",
+        "hardware.usd_per_hour=0.36",
+    ]
+    with initialize_config_module(config_module="scenarios", version_base="1.3"):
+        config = load_config(compose("config", overrides=overrides))
+    path = tmp_path_factory.mktemp("run")
+    run_benchmark(config, path, argv=overrides, console=Console(file=io.StringIO()))
+    return path
+
+
+def load(run_dir):
+    summary = json.loads((run_dir / "summary.json").read_text())
+    steps = [json.loads(line) for line in (run_dir / "steps.jsonl").read_text().splitlines()]
+    return summary, steps
+
+
+def test_telemetry_has_a_row_per_interval_with_rss(run_dir):
+    rows = list(csv.DictReader((run_dir / "telemetry.csv").open()))
+    times = [float(r["timestamp_s"]) for r in rows]
+    gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
+    assert len(rows) >= 3
+    assert sorted(gaps)[len(gaps) // 2] == pytest.approx(0.05, abs=0.02)
+    assert all(float(r["rss_bytes"]) > 50e6 for r in rows)
+    summary, _ = load(run_dir)
+    assert summary["telemetry_peak_rss_bytes"] == max(float(r["rss_bytes"]) for r in rows if r["rss_bytes"])
+
+
+def test_mbu_and_mfu_recomputed_from_steps(run_dir):
+    summary, steps = load(run_dir)
+    info, hw = summary["engine"], summary["hardware"]
+    cfg = ModelConfig(**info["model_config"])
+    measured = [s for s in steps if s["start_s"] >= summary["measure_start_s"]]
+    kv_token = info["kv_bytes_per_token"]
+
+    decode = [s for s in measured if s["kind"] == "decode"]
+    # Each decode step reads every weight once and the KV of every position attended, and writes new K/V.
+    read = sum(info["weight_bytes"] + kv_token * (s["context_tokens"] + s["num_decode_tokens"]) for s in decode)
+    mbu = read / sum(s["duration_s"] for s in decode) / hw["measured_mem_bw_bytes_per_s"]
+    assert summary["mbu_decode"] == pytest.approx(mbu, rel=0.02)
+
+    prefill = [s for s in measured if s["kind"] == "prefill"]
+    L, q, kv, h = cfg.num_hidden_layers, cfg.q_size, cfg.kv_size, cfg.hidden_size
+    matmul = 2 * L * (h * (q + 2 * kv) + q * h + 3 * h * cfg.intermediate_size)  # per token
+    flops = 0.0
+    for s in prefill:
+        n = s["num_prefill_tokens"]
+        # the LM head runs once per sequence (its last prompt token)
+        flops += matmul * n + 2 * cfg.vocab_size * h * s["num_seqs"]
+        # causal attention: each query attends the positions up to itself (prompts of 64 from scratch)
+        per_seq = n // s["num_seqs"]
+        flops += 4 * L * q * s["num_seqs"] * per_seq * (per_seq + 1) / 2
+    mfu = flops / sum(s["duration_s"] for s in prefill) / hw["measured_flops"]["fp32"]
+    assert summary["mfu_prefill"] == pytest.approx(mfu, rel=0.02)
+    assert 0 < summary["mbu_decode"] and 0 < summary["mfu_prefill"]
+    assert summary["roofline_fraction"] == pytest.approx(
+        summary["output_throughput_tps"] / summary["roofline_output_tps"]
+    )
+
+
+def test_cost_keys_recomputed(run_dir):
+    summary, steps = load(run_dir)
+    run_usd = 0.36 * summary["duration_s"] / 3600
+    total = summary["input_tokens_total"] + summary["output_tokens_total"]
+    assert summary["hardware"]["usd_per_hour"] == 0.36
+    assert summary["usd_per_1m_tokens"] == pytest.approx(run_usd / total * 1e6)
+    measured = [s for s in steps if s["start_s"] >= summary["measure_start_s"]]
+    busy = sum(s["duration_s"] for s in measured)
+    prompt = sum(s["duration_s"] * s["num_prefill_tokens"] / (s["num_prefill_tokens"] + s["num_decode_tokens"]) for s in measured)
+    share = prompt / busy
+    assert summary["usd_per_1m_input_tokens"] == pytest.approx(run_usd * share / summary["input_tokens_total"] * 1e6)
+    assert summary["usd_per_1m_output_tokens"] == pytest.approx(run_usd * (1 - share) / summary["output_tokens_total"] * 1e6)
+    assert summary["energy_j"] is None and summary["energy_per_output_token_j"] is None
