@@ -213,7 +213,7 @@ IMAGES_JS = ("JSON.stringify(Array.from(document.images).map("
 chromium_path = find_chromium()
 needs_chromium = pytest.mark.skipif(
     chromium_path is None,
-    reason="Chromium is not installed (Debian: apt-get install -y chromium chromium-driver)")
+    reason="Chromium is not installed (Debian: apt-get install -y chromium)")
 
 
 @pytest.fixture(scope="module")

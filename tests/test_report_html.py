@@ -2,6 +2,7 @@
 PNG file beside the page (test_report_browser.py renders the same pages in Chromium)."""
 
 import struct
+import subprocess
 import sys
 from html.parser import HTMLParser
 from pathlib import Path
@@ -143,5 +144,12 @@ def test_comparison_page_puts_runs_side_by_side(tmp_path):
     assert "engine_extra" in html  # the config key that differs
 
 
-def test_reports_never_touch_pyplot(run_report):
-    assert "matplotlib.pyplot" not in sys.modules
+def test_reports_never_touch_pyplot(tmp_path):
+    """Figures go through the Agg canvas directly: no pyplot, no global backend state."""
+    folder = write_realistic_run(tmp_path / "run", steps=False, telemetry=False)
+    code = ("import sys; from llmperf.report.run import build_run_report; "
+            f"build_run_report({str(folder)!r}); "
+            "print('matplotlib.pyplot' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, cwd=Path(__file__).resolve().parents[1])
+    assert out.stdout.strip() == "False"

@@ -33,7 +33,6 @@ class NoData(Exception):
 class Plot:
     """A plot of a report: its PNG (relative to the report) or the reason there is none."""
 
-    name: str
     title: str
     file: str | None = None
     note: str | None = None
@@ -82,11 +81,11 @@ def render(folder: Path, name: str, title: str, make: Callable[[], Figure]) -> P
     try:
         fig = make()
     except NoData as why:
-        return Plot(name, title, note=str(why))
+        return Plot(title, note=str(why))
     out = folder / PLOTS_DIR
     out.mkdir(parents=True, exist_ok=True)
     FigureCanvasAgg(fig).print_png(out / f"{name}.png")
-    return Plot(name, title, file=f"{PLOTS_DIR}/{name}.png")
+    return Plot(title, file=f"{PLOTS_DIR}/{name}.png")
 
 
 def clear_plots(folder: Path) -> None:
