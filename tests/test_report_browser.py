@@ -167,9 +167,11 @@ class Page:
 
 class Chromium:
     def __init__(self, executable: str, profile_dir: Path) -> None:
+        # TMPDIR too: Chromium leaves scratch folders there, which belong with the profile.
         self.process = subprocess.Popen(
             [executable, *CHROMIUM_FLAGS, f"--user-data-dir={profile_dir}", "about:blank"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            env={**os.environ, "TMPDIR": str(profile_dir)})
         port_file = profile_dir / "DevToolsActivePort"
         deadline = time.monotonic() + 30
         while not (port_file.is_file() and port_file.read_text().strip()):
