@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from llmperf.report.records import STAT_KEYS
 from llmperf.report.units import MISSING, duration, format_value, milliseconds
 
 LATENCIES = (("ttft_s", "TTFT", "time to first token, from intended arrival"),
@@ -16,7 +17,7 @@ LATENCIES = (("ttft_s", "TTFT", "time to first token, from intended arrival"),
              ("e2e_s", "E2E", "intended arrival to last token"),
              ("queue_s", "queue", "intended arrival to admission by the engine"),
              ("dispatch_lag_s", "dispatch lag", "intended arrival to hand-off to the engine"))
-STATS = ("mean", "median", "p90", "p95", "p99", "std", "min", "max")
+STATS = STAT_KEYS
 THROUGHPUT_KEYS = ("request_throughput_rps", "output_throughput_tps", "total_throughput_tps",
                    "goodput_rps", "slo_attainment", "num_requests", "num_completed",
                    "num_failed", "num_warmup", "duration_s", "input_tokens_total",
