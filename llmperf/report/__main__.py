@@ -1,0 +1,3 @@
+from llmperf.report.cli import main
+
+raise SystemExit(main())

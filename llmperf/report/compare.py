@@ -1,0 +1,165 @@
+"""Several run folders side by side: one page, a column per run, the best figure of each row
+marked, the configuration keys that differ, and the runs' distributions overlaid."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+from matplotlib.figure import Figure
+
+from llmperf.report import figures
+from llmperf.report import records as rec
+from llmperf.report.folder import RunFolder, load_run_folder
+from llmperf.report.plotting import (
+    NoData,
+    clear_plots,
+    color,
+    legend,
+    log_x_if_spread,
+    new_figure,
+    render,
+    titled,
+)
+from llmperf.report.render import write_page
+from llmperf.report.run import REPORT_FILE, banners, run_heading
+from llmperf.report.units import MISSING, format_value, milliseconds, significant
+
+# (summary path, row title, higher is better; None: not ranked)
+ROWS = (
+    ("output_throughput_tps", "output throughput", True),
+    ("request_throughput_rps", "request throughput", True),
+    ("goodput_rps", "goodput", True),
+    ("slo_attainment", "SLO attainment", True),
+    ("ttft_s.median", "TTFT p50", False),
+    ("ttft_s.p99", "TTFT p99", False),
+    ("tpot_s.median", "TPOT p50", False),
+    ("tpot_s.p99", "TPOT p99", False),
+    ("itl_s.p99", "ITL p99", False),
+    ("e2e_s.median", "E2E p50", False),
+    ("e2e_s.p99", "E2E p99", False),
+    ("mbu_decode", "MBU decode", True),
+    ("mfu_prefill", "MFU prefill", True),
+    ("roofline_fraction", "share of roofline", True),
+    ("usd_per_1m_tokens", "USD per 1M tokens", False),
+    ("energy_per_output_token_j", "energy per output token", False),
+    ("num_completed", "requests completed", None),
+    ("num_failed", "requests failed", None),
+    ("duration_s", "measured duration", None),
+)
+
+
+def labels(runs: list[RunFolder]) -> list[str]:
+    """Short names that tell the runs apart: their overrides, else their folder names."""
+    names = [r.label for r in runs]
+    if len(set(names)) < len(names):
+        names = [f"{i + 1}: {n}" for i, n in enumerate(names)]
+    return names
+
+
+def _cell(key: str, value: Any) -> str:
+    if key.split(".")[0] in ("ttft_s", "tpot_s", "itl_s", "e2e_s"):
+        return f"{milliseconds(value)} ms" if value is not None else MISSING
+    return format_value(key, value)
+
+
+def _trusted(run: RunFolder) -> bool:
+    return run.summary.get("valid") is not False and not run.interrupted
+
+
+def figure_rows(runs: list[RunFolder]) -> list[dict[str, Any]]:
+    """A row per figure any run has; the best among valid, complete runs marked, where
+    they differ."""
+    out = []
+    for key, title, higher in ROWS:
+        values = [figures.get(r.summary, key) for r in runs]
+        if not any(_is_number(v) for v in values):
+            continue
+        ranked = [v for v, r in zip(values, runs, strict=True) if _is_number(v) and _trusted(r)]
+        best = None
+        if higher is not None and len(set(ranked)) > 1:
+            best = max(ranked) if higher else min(ranked)
+        out.append({"title": title, "cells": [
+            {"text": _cell(key, v), "best": best is not None and v == best and _trusted(r)}
+            for v, r in zip(values, runs, strict=True)]})
+    return out
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def config_differences(runs: list[RunFolder]) -> list[dict[str, Any]]:
+    """The resolved config keys whose values are not the same in every run."""
+    flat = []
+    for run in runs:
+        try:
+            data = yaml.safe_load(run.config_yaml) if run.config_yaml else {}
+        except yaml.YAMLError:
+            data = {}
+        flat.append({row.key: row.value for row in figures.flatten(data or {})})
+    keys = list(dict.fromkeys(k for f in flat for k in f))
+    return [{"key": k, "values": [f.get(k, MISSING) for f in flat]} for k in keys
+            if len({f.get(k, MISSING) for f in flat}) > 1]
+
+
+def overlaid_cdfs(runs: list[RunFolder], names: list[str]) -> Figure:
+    if not any(rec.completed(r.records) for r in runs):
+        raise NoData("no run has completed requests in requests.jsonl")
+    fig, axes = new_figure("Latency distributions (CDF), runs overlaid", 1, 2)
+    for ax, (name, values_of) in zip(axes, (("TTFT", rec.ttfts_s), ("TPOT", rec.tpots_s)),
+                                     strict=True):
+        titled(ax, f"{name} CDF", f"{name} (ms)", "requests at or below (%)")
+        for i, (run, label) in enumerate(zip(runs, names, strict=True)):
+            values = np.sort(values_of(rec.completed(run.records))) * 1e3
+            if len(values):
+                ax.step(values, np.arange(1, len(values) + 1) / len(values) * 100,
+                        where="post", color=color(i), lw=1.8, label=f"{i + 1}: {label}")
+        log_x_if_spread(ax)
+        ax.set_ylim(0, 101)
+        legend(ax, loc="lower right")
+    return fig
+
+
+def headline_bars(runs: list[RunFolder], names: list[str]) -> Figure:
+    panels = (("output_throughput_tps", "output throughput", "output (tok/s)", 1.0),
+              ("ttft_s.p99", "TTFT p99", "TTFT p99 (ms)", 1e3),
+              ("tpot_s.p99", "TPOT p99", "TPOT p99 (ms)", 1e3))
+    fig, axes = new_figure("Headline figures per run", 1, 3, height_in=3.2)
+    positions = np.arange(len(runs))
+    for ax, (key, title, ylabel, scale) in zip(axes, panels, strict=True):
+        titled(ax, title, "", ylabel)
+        values = [(figures.get(r.summary, key) or 0) * scale for r in runs]
+        bars = ax.bar(positions, values, color=[color(i) for i in range(len(runs))])
+        ax.bar_label(bars, labels=[significant(v) for v in values], fontsize=8, padding=2)
+        ax.set_xticks(positions, [str(i + 1) for i in positions])
+        ax.set_xlabel("run (numbered as in the table)")
+    return fig
+
+
+def build_comparison_report(run_dirs: list[Path], out_dir: Path) -> Path:
+    """Write out_dir/report.html comparing the runs; returns its path."""
+    runs = [load_run_folder(Path(d)) for d in run_dirs]
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    clear_plots(out_dir)
+    names = labels(runs)
+    plots = [render(out_dir, "compare_cdf", "Latency distributions, runs overlaid",
+                    lambda: overlaid_cdfs(runs, names)),
+             render(out_dir, "compare_bars", "Headline figures per run",
+                    lambda: headline_bars(runs, names))]
+    columns = []
+    for i, (run, name) in enumerate(zip(runs, names, strict=True)):
+        report = run.path / REPORT_FILE
+        columns.append({
+            "number": i + 1, "name": name, "path": str(run.path),
+            "title": run_heading(run),
+            "link": os.path.relpath(report, out_dir) if report.is_file() else None,
+            "banners": [b for b in banners(run) if b.kind != "ok"]})
+    return write_page(out_dir / REPORT_FILE, "compare.html",
+                      title=f"Comparison of {len(runs)} runs", out_path=str(out_dir.resolve()),
+                      columns=columns, rows=figure_rows(runs),
+                      differences=config_differences(runs), plots=plots)

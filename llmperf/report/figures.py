@@ -1,0 +1,172 @@
+"""The figures of a summary.json arranged for a page: headline tiles, then tables.
+
+Every value leaves here as text with its unit; templates only lay it out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from llmperf.report.records import STAT_KEYS
+from llmperf.report.units import MISSING, duration, format_value, milliseconds
+
+LATENCIES = (("ttft_s", "TTFT", "time to first token, from intended arrival"),
+             ("tpot_s", "TPOT", "time per output token after the first"),
+             ("itl_s", "ITL", "gap between token events"),
+             ("e2e_s", "E2E", "intended arrival to last token"),
+             ("queue_s", "queue", "intended arrival to admission by the engine"),
+             ("dispatch_lag_s", "dispatch lag", "intended arrival to hand-off to the engine"))
+STATS = STAT_KEYS
+THROUGHPUT_KEYS = ("request_throughput_rps", "output_throughput_tps", "total_throughput_tps",
+                   "goodput_rps", "slo_attainment", "num_requests", "num_completed",
+                   "num_failed", "num_warmup", "duration_s", "input_tokens_total",
+                   "output_tokens_total")
+ROOFLINE_PREFIXES = ("mbu_", "mfu_", "roofline_", "achieved_")
+COST_KEYS = ("run_cost_usd", "usd_per_1m_tokens", "usd_per_1m_input_tokens",
+             "usd_per_1m_output_tokens", "cost_split", "cost_input_share", "energy_j",
+             "energy_per_output_token_j")
+
+
+@dataclass
+class Tile:
+    label: str
+    value: str
+    detail: str = ""
+
+
+@dataclass
+class Row:
+    key: str
+    value: str
+
+
+def get(summary: dict[str, Any], path: str) -> Any:
+    """summary["a"]["b"] for "a.b"; None where any part is missing."""
+    node: Any = summary
+    for part in path.split("."):
+        if not isinstance(node, dict):
+            return None
+        node = node.get(part)
+    return node
+
+
+def _number(summary: dict[str, Any], path: str) -> float | None:
+    value = get(summary, path)
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def headline(summary: dict[str, Any]) -> list[Tile]:
+    """The figures a reader wants first, as tiles."""
+    def n(path: str) -> float | None:
+        return _number(summary, path)
+
+    fmt = format_value
+    tiles = [
+        Tile("output throughput", fmt("output_throughput_tps", n("output_throughput_tps")),
+             f"{fmt('total_throughput_tps', n('total_throughput_tps'))} with prompt tokens"),
+        Tile("requests", fmt("request_throughput_rps", n("request_throughput_rps")),
+             f"{_count(summary, 'num_completed')} of {_count(summary, 'num_requests')} completed"
+             f" in {fmt('duration_s', n('duration_s'))}"),
+        Tile("TTFT p50 · p99", f"{milliseconds(n('ttft_s.median'))} · "
+             f"{milliseconds(n('ttft_s.p99'))} ms", f"mean {milliseconds(n('ttft_s.mean'))} ms"),
+        Tile("TPOT p50 · p99", f"{milliseconds(n('tpot_s.median'))} · "
+             f"{milliseconds(n('tpot_s.p99'))} ms", f"ITL p99 {milliseconds(n('itl_s.p99'))} ms"),
+    ]
+    if n("goodput_rps") is not None:
+        tiles.append(Tile("goodput", fmt("goodput_rps", n("goodput_rps")),
+                          f"SLO met by {fmt('slo_attainment', n('slo_attainment'))}"
+                          f" ({slo_text(summary)})"))
+    if n("mbu_decode") is not None or n("roofline_fraction") is not None:
+        tiles.append(Tile("MBU decode", fmt("mbu_decode", n("mbu_decode")),
+                          f"{fmt('roofline_fraction', n('roofline_fraction'))} of roofline tok/s"
+                          f"; MFU prefill {fmt('mfu_prefill', n('mfu_prefill'))}"))
+    if n("usd_per_1m_tokens") is not None:
+        tiles.append(Tile("cost per 1M tokens", fmt("usd_per_1m_tokens", n("usd_per_1m_tokens")),
+                          f"{fmt('usd_per_1m_output_tokens', n('usd_per_1m_output_tokens'))}"
+                          " per 1M output tokens"))
+    if n("energy_per_output_token_j") is not None:
+        tiles.append(Tile("energy per output token",
+                          fmt("energy_per_output_token_j", n("energy_per_output_token_j")),
+                          f"{fmt('energy_j', n('energy_j'))} in all"))
+    return tiles
+
+
+def slo_text(summary: dict[str, Any]) -> str:
+    slo = summary.get("slo") if isinstance(summary.get("slo"), dict) else {}
+    parts = [f"{name} ≤ {duration(slo[key])}" for key, name in
+             (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("e2e_s", "E2E")) if slo.get(key)]
+    return ", ".join(parts) or "no SLO set"
+
+
+def latency_rows(summary: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per latency: its name, meaning and each statistic in ms."""
+    rows = []
+    for key, name, meaning in LATENCIES:
+        stats = summary.get(key)
+        if not isinstance(stats, dict) or all(stats.get(s) is None for s in STATS):
+            continue
+        rows.append({"name": name, "meaning": meaning,
+                     "values": [milliseconds(stats.get(s)) for s in STATS]})
+    return rows
+
+
+def rows(summary: dict[str, Any], keys: tuple[str, ...]) -> list[Row]:
+    return [Row(k, format_value(k, summary[k])) for k in keys if k in summary]
+
+
+def prefixed_rows(summary: dict[str, Any], prefixes: tuple[str, ...]) -> list[Row]:
+    return [Row(k, format_value(k, v)) for k, v in summary.items()
+            if k.startswith(prefixes) and not isinstance(v, dict)]
+
+
+def sections(summary: dict[str, Any]) -> list[tuple[str, list[Row]]]:
+    """The tables after the latency table, those with at least one row."""
+    found = [("Throughput and counts", rows(summary, THROUGHPUT_KEYS)),
+             ("Roofline", prefixed_rows(summary, ROOFLINE_PREFIXES)),
+             ("Cost and energy", rows(summary, COST_KEYS)),
+             ("Telemetry", prefixed_rows(summary, ("telemetry_", "throttle_"))
+              + rows(summary, ("throttled",)))]
+    return [(title, table) for title, table in found if table]
+
+
+def validity(summary: dict[str, Any]) -> list[dict[str, Any]]:
+    checks = summary.get("validity")
+    return [c for c in checks if isinstance(c, dict)] if isinstance(checks, list) else []
+
+
+def failed_checks(summary: dict[str, Any]) -> list[str]:
+    return [f"{c.get('check')}: {c.get('detail')}" if c.get("detail") else str(c.get("check"))
+            for c in validity(summary) if not c.get("ok")]
+
+
+def run_title(summary: dict[str, Any], fallback: str) -> str:
+    """'chat · reference (continuous) · tiny · cpu' from the summary's objects."""
+    engine = summary.get("engine") if isinstance(summary.get("engine"), dict) else {}
+    batching = get(engine, "config.batching") or engine.get("batching")
+    parts = [get(summary, "scenario.name"),
+             f"{engine.get('name')} ({batching})" if batching else engine.get("name"),
+             get(summary, "model.name"), get(summary, "hardware.name")]
+    names = [str(p) for p in parts if p]
+    return " · ".join(names) or fallback
+
+
+def flatten(data: Any, prefix: str = "") -> list[Row]:
+    """Nested dicts as dotted keys, lists joined: a table of an environment.json."""
+    if isinstance(data, dict):
+        out: list[Row] = []
+        for key, value in data.items():
+            out.extend(flatten(value, f"{prefix}{key}."))
+        return out
+    key = prefix.rstrip(".")
+    if isinstance(data, list) and all(not isinstance(v, (dict, list)) for v in data):
+        return [Row(key, " ".join(str(v) for v in data) or MISSING)]
+    if isinstance(data, list):
+        return [row for i, v in enumerate(data) for row in flatten(v, f"{prefix}{i}.")]
+    return [Row(key, MISSING if data is None else str(data))]
+
+
+def _count(summary: dict[str, Any], key: str) -> str:
+    value = summary.get(key)
+    return f"{value:,}" if isinstance(value, int) else MISSING
+

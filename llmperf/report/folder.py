@@ -1,0 +1,195 @@
+"""Reading a run folder, tolerant of what a short or partial run leaves behind.
+
+Only summary.json or requests.jsonl is needed; steps.jsonl (engines without a step loop
+have none), telemetry.csv (telemetry off), config.yaml, environment.json and
+.hydra/overrides.yaml are each optional, and the report says which were missing.
+A last line cut in half by a killed process is skipped, and counted.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import yaml
+
+from llmperf.report.errors import ReportError
+from llmperf.report.records import summary_from_records
+
+RUN_FILES = ("summary.json", "requests.jsonl", "steps.jsonl", "telemetry.csv", "config.yaml",
+             "environment.json")
+
+
+@dataclass
+class RunFolder:
+    path: Path
+    summary: dict[str, Any]
+    records: list[dict[str, Any]]
+    steps: list[dict[str, Any]] | None
+    telemetry: pd.DataFrame | None
+    config_yaml: str | None
+    environment: dict[str, Any] | None
+    overrides: list[str]
+    summary_from_records: bool = False  # no summary.json: figures computed from requests.jsonl
+    notes: list[str] = field(default_factory=list)  # what was missing or unreadable
+
+    @property
+    def interrupted(self) -> bool:
+        return bool(self.summary.get("interrupted")) or self.summary_from_records
+
+    @property
+    def label(self) -> str:
+        return " ".join(self.overrides) or self.path.name
+
+    @property
+    def missing_files(self) -> list[str]:
+        return [name for name in RUN_FILES if not (self.path / name).is_file()]
+
+
+def is_run_folder(path: Path) -> bool:
+    return (path / "summary.json").is_file() or (path / "requests.jsonl").is_file()
+
+
+def is_sweep_folder(path: Path) -> bool:
+    """A Hydra multirun folder (multirun.yaml beside its job folders), or a folder that holds
+    two runs or more; never a run itself. One run in a folder of other things (/tmp) is not
+    a sweep: a report must not be written there by mistake."""
+    if not path.is_dir() or is_run_folder(path):
+        return False
+    runs = sum(1 for p in path.iterdir() if p.is_dir() and is_run_folder(p))
+    return (runs >= 1 and (path / "multirun.yaml").is_file()) or runs >= 2
+
+
+def load_run_folder(path: Path) -> RunFolder:
+    path = Path(path)
+    if not path.is_dir():
+        raise ReportError(f"{path}: no such folder")
+    if not is_run_folder(path):
+        raise ReportError(f"{path}: not a run folder (no summary.json or requests.jsonl)")
+    notes: list[str] = []
+    records = _read_jsonl(path / "requests.jsonl", notes)
+    summary = _read_summary(path / "summary.json", notes)
+    if summary is None and not records:
+        raise ReportError(f"{path}: summary.json is unreadable and requests.jsonl holds no records")
+    steps_file = path / "steps.jsonl"
+    steps = _read_jsonl(steps_file, notes) if steps_file.is_file() else None
+    return RunFolder(
+        path=path,
+        summary=summary if summary is not None else summary_from_records(records),
+        records=records,
+        steps=align_steps(steps, summary or {}, records) if steps else steps,
+        telemetry=_read_telemetry(path / "telemetry.csv", notes),
+        config_yaml=_read_text(path / "config.yaml"),
+        environment=_read_environment(path / "environment.json", notes),
+        overrides=read_overrides(path),
+        summary_from_records=summary is None,
+        notes=notes,
+    )
+
+
+def align_steps(steps: list[dict[str, Any]], summary: dict[str, Any],
+                records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Steps with `start_s` in seconds from the run's start, the clock of the records.
+
+    The harness writes them so already; raw StepStat times are perf_counter() values,
+    moved by the run's recorded origin, or else by the first step's start.
+    """
+    first_s = min(s.get("start_s", 0.0) for s in steps)
+    origin_s = summary.get("origin_perf_counter_s")
+    run_end_s = max((r["end_s"] for r in records), default=summary.get("window_end_s"))
+    if origin_s is not None:
+        shift_s = origin_s if first_s >= origin_s else 0.0
+    elif run_end_s is not None and first_s <= run_end_s:
+        shift_s = 0.0
+    else:
+        shift_s = first_s
+    return [{**s, "start_s": s.get("start_s", 0.0) - shift_s} for s in steps]
+
+
+def _read_summary(path: Path, notes: list[str]) -> dict[str, Any] | None:
+    if not path.is_file():
+        notes.append("summary.json is missing (the run did not finish):"
+                     " figures computed from requests.jsonl")
+        return None
+    try:
+        summary = read_json(path)
+    except ReportError as e:
+        notes.append(f"{e}: figures computed from requests.jsonl")
+        return None
+    if not isinstance(summary, dict):
+        notes.append(f"{path}: not a JSON object: figures computed from requests.jsonl")
+        return None
+    return summary
+
+
+def read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise ReportError(f"{path}: not valid JSON ({e.msg} at line {e.lineno})") from None
+
+
+def read_overrides(path: Path) -> list[str]:
+    """The job's Hydra overrides as typed (`engine.batching=static`), if it was a Hydra job."""
+    file = path / ".hydra" / "overrides.yaml"
+    if not file.is_file():
+        return []
+    try:
+        items = yaml.safe_load(file.read_text(encoding="utf-8")) or []
+    except yaml.YAMLError:
+        raise ReportError(f"{file}: not valid YAML") from None
+    return [str(item) for item in items] if isinstance(items, list) else []
+
+
+def _read_jsonl(path: Path, notes: list[str]) -> list[dict[str, Any]]:
+    if not path.is_file():
+        return []
+    rows, bad = [], 0
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            row = None
+        if isinstance(row, dict):
+            rows.append(row)
+        else:
+            bad += 1
+    if bad:
+        notes.append(f"{path.name}: skipped {bad} unreadable line{'s' * (bad > 1)}"
+                     " (a write cut short?)")
+    return rows
+
+
+def _read_telemetry(path: Path, notes: list[str]) -> pd.DataFrame | None:
+    if not path.is_file():
+        return None
+    try:
+        frame = pd.read_csv(path)
+    except (pd.errors.EmptyDataError, pd.errors.ParserError) as e:
+        notes.append(f"telemetry.csv: unreadable ({str(e).splitlines()[0]})")
+        return None
+    if "timestamp_s" not in frame.columns or frame.empty:
+        notes.append("telemetry.csv: no samples" if "timestamp_s" in frame.columns
+                     else "telemetry.csv: no timestamp_s column")
+        return None
+    return frame
+
+
+def _read_text(path: Path) -> str | None:
+    return path.read_text(encoding="utf-8", errors="replace") if path.is_file() else None
+
+
+def _read_environment(path: Path, notes: list[str]) -> dict[str, Any] | None:
+    if not path.is_file():
+        return None
+    try:
+        env = read_json(path)
+    except ReportError as e:
+        notes.append(str(e))
+        return None
+    return env if isinstance(env, dict) else None

@@ -1,0 +1,139 @@
+"""Per-request figures and time series from requests.jsonl, for plots (and for a run cut
+short before it wrote summary.json).
+
+Records are the plain dicts of requests.jsonl; times are seconds from the run's start.
+The definitions are the harness's (vLLM `bench serve`, latencies from intended arrival):
+TTFT = first token - arrival, E2E = last token - arrival, TPOT = (E2E - TTFT) /
+(output tokens - 1) for outputs of 2 tokens or more, ITL = gaps between token events.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+
+STAT_KEYS = ("mean", "median", "p90", "p95", "p99", "std", "min", "max")
+NICE_BIN_WIDTHS_S = (0.1, 0.2, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 15.0, 30.0, 60.0, 120.0, 300.0)
+
+
+def is_ok(record: dict[str, Any]) -> bool:
+    return record.get("error") is None and record.get("finish_reason") not in ("error", "abort")
+
+
+def measured(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [r for r in records if not r.get("warmup")]
+
+
+def completed(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The measured requests that finished without error: the ones latencies describe."""
+    return [r for r in measured(records) if is_ok(r)]
+
+
+def ttft_s(record: dict[str, Any]) -> float | None:
+    first = record.get("first_token_s")
+    return None if first is None else first - record["arrival_s"]
+
+
+def e2e_s(record: dict[str, Any]) -> float:
+    return record["end_s"] - record["arrival_s"]
+
+
+def tpot_s(record: dict[str, Any]) -> float | None:
+    ttft = ttft_s(record)
+    n = record.get("output_tokens", 0)
+    if ttft is None or n < 2:
+        return None
+    return (e2e_s(record) - ttft) / (n - 1)
+
+
+def itl_s(records: Iterable[dict[str, Any]]) -> list[float]:
+    return [float(g) for r in records for g in np.diff(r.get("token_times_s") or [])]
+
+
+def ttfts_s(records: Iterable[dict[str, Any]]) -> list[float]:
+    return [t for r in records if (t := ttft_s(r)) is not None]
+
+
+def tpots_s(records: Iterable[dict[str, Any]]) -> list[float]:
+    return [t for r in records if (t := tpot_s(r)) is not None]
+
+
+def distribution(values: Sequence[float]) -> dict[str, float | None]:
+    """Mean, median, p90/p95/p99 (linear interpolation), std (population), min, max."""
+    if len(values) == 0:
+        return dict.fromkeys(STAT_KEYS)
+    a = np.asarray(values, dtype=float)
+    p50, p90, p95, p99 = np.percentile(a, [50, 90, 95, 99])
+    stats = (a.mean(), p50, p90, p95, p99, a.std(), a.min(), a.max())
+    return {k: float(v) for k, v in zip(STAT_KEYS, stats, strict=True)}
+
+
+def summary_from_records(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The summary figures a run's records give, for a run that died before writing
+    summary.json. SLO, goodput and everything beyond the records stay out."""
+    mine = measured(records)
+    done = [r for r in mine if is_ok(r)]
+    duration = (max(r["end_s"] for r in mine) - min(r["arrival_s"] for r in mine)) if mine else 0.0
+    input_total = sum(r.get("input_tokens", 0) for r in done)
+    output_total = sum(r.get("output_tokens", 0) for r in done)
+
+    def per_second(count: float) -> float | None:
+        return count / duration if duration > 0 else None
+
+    return {
+        "num_requests": len(mine),
+        "num_completed": len(done),
+        "num_failed": len(mine) - len(done),
+        "duration_s": duration,
+        "request_throughput_rps": per_second(len(done)),
+        "output_throughput_tps": per_second(output_total),
+        "total_throughput_tps": per_second(input_total + output_total),
+        "input_tokens_total": input_total,
+        "output_tokens_total": output_total,
+        "ttft_s": distribution(ttfts_s(done)),
+        "tpot_s": distribution(tpots_s(done)),
+        "itl_s": distribution(itl_s(done)),
+        "e2e_s": distribution([e2e_s(r) for r in done]),
+        "dispatch_lag_s": distribution([r["dispatch_s"] - r["arrival_s"] for r in mine
+                                        if r.get("dispatch_s") is not None]),
+    }
+
+
+def bin_width_s(span_s: float, target_bins: int = 60) -> float:
+    """The smallest round bin width that cuts `span_s` into at most `target_bins` bins."""
+    for width in NICE_BIN_WIDTHS_S:
+        if span_s / width <= target_bins:
+            return width
+    return NICE_BIN_WIDTHS_S[-1] * math.ceil(span_s / target_bins / NICE_BIN_WIDTHS_S[-1])
+
+
+def output_rate(records: Sequence[dict[str, Any]], width_s: float) -> tuple[np.ndarray, np.ndarray]:
+    """Output tokens/s in bins of `width_s` from 0: (bin start times, rates).
+
+    A token event of an HTTP engine may carry several tokens: each event of a record
+    counts output_tokens / events, so the bins sum to the output tokens.
+    """
+    times, weights = [], []
+    for r in records:
+        events = r.get("token_times_s") or []
+        if events and is_ok(r):
+            times.extend(events)
+            weights.extend([r.get("output_tokens", len(events)) / len(events)] * len(events))
+    if not times:
+        return np.array([]), np.array([])
+    edges = np.arange(0.0, max(times) + width_s, width_s)
+    counts, _ = np.histogram(times, bins=edges, weights=weights)
+    return edges[:-1], counts / width_s
+
+
+def in_flight(records: Sequence[dict[str, Any]]) -> tuple[np.ndarray, np.ndarray]:
+    """Requests arrived and not yet ended, as a step function: (times, count from each time)."""
+    events = sorted([(r["arrival_s"], 1) for r in records] + [(r["end_s"], -1) for r in records])
+    if not events:
+        return np.array([]), np.array([])
+    times = np.array([t for t, _ in events])
+    counts = np.cumsum([d for _, d in events])
+    return times, counts
