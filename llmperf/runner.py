@@ -12,6 +12,7 @@
     add_hardware_figures  telemetry peaks and energy, roofline MBU/MFU, cost per token
     judge_validity     the validity checks over the whole summary
     write_summary      summary.json and the table on the console
+    write_report       report.html with its plots
 
 A new stage is one more entry in STAGES (a figure added to the summary goes after
 `summarize`, a report built from the run folder goes last); something that must run
@@ -268,7 +269,16 @@ STAGES: list[Callable[[Run], None]] = [
     add_hardware_figures,
     judge_validity,
     write_summary,
+    write_report,
 ]
+
+
+def write_report(run: Run) -> None:
+    if run.config.report.enabled:
+        from llmperf.report.run import build_run_report
+
+        path = build_run_report(run.run_dir)
+        run.console.print(f"report: {path}")
 
 
 def run_benchmark(
