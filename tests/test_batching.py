@@ -107,6 +107,18 @@ def test_static_batch_keeps_finished_members_as_padding():
     assert sum(s.padded_tokens for s in decode_steps) == sum(20 - m for m in seqs_max)
 
 
+def test_static_batch_pads_prompts_to_the_longest_in_the_batch():
+    eng = engine("static", "paged", max_batch_size=3)
+    prompts = [[5] * 3, [6] * 10, [7] * 6]
+    outs = eng.generate(prompts, max_tokens=2)
+    first = eng.step_stats()[0]
+    assert first.kind == "prefill" and first.num_seqs == 3
+    assert first.num_prefill_tokens == 19 and first.padded_tokens == (10 - 3) + (10 - 6)
+    # Padding changes the work, never the tokens.
+    alone = [engine("sequential", "paged").generate([p], max_tokens=2)[0].token_ids for p in prompts]
+    assert [o.token_ids for o in outs] == alone
+
+
 def test_dynamic_batch_launches_after_max_wait_without_a_full_batch():
     eng = engine("dynamic", "paged", max_batch_size=8, max_wait_ms=30)
     reqs = [Request(id=f"d{i}", max_tokens=3, prompt_token_ids=[4, 5, 6]) for i in range(3)]

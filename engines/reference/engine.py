@@ -416,7 +416,7 @@ class ReferenceEngine:
                 num_seqs=len(real),
                 num_prefill_tokens=sum(s.num_new_tokens for s in real if s.is_prefill),
                 num_decode_tokens=sum(s.num_new_tokens for s in real if not s.is_prefill),
-                padded_tokens=len(out.scheduled) - len(real),
+                padded_tokens=sum(s.num_new_tokens for s in out.scheduled if s.is_padding),
                 context_tokens=sum(s.seq.num_computed_tokens for s in real),
                 kv_blocks_used=self.kv.num_blocks - self.kv.num_free_blocks,
                 kv_blocks_free=self.kv.num_free_blocks,

@@ -60,15 +60,7 @@ class ModelRunner:
         for i, s in enumerate(scheduled):
             seq, n = s.seq, s.num_new_tokens
             if s.is_padding:
-                # A finished member of a static batch: real work on its context, result unused,
-                # its K/V written to the null block.
-                ctx = seq.num_computed_tokens
-                x.input_ids.append(seq.all_token_ids[-1])
-                x.positions.append(max(ctx - 1, 0))
-                x.slots.append(NULL_BLOCK * bs)
-                x.query_lens.append(1)
-                x.seq_lens.append(max(ctx, 1))
-                x.block_tables.append(seq.block_table or [NULL_BLOCK])
+                self._add_padding(x, s)
                 continue
             start = seq.num_computed_tokens
             x.input_ids += seq.all_token_ids[start : start + n]
@@ -84,6 +76,23 @@ class ModelRunner:
                 x.logits_rows.append(len(x.input_ids) - 1)
                 sampled.append(i)
         return x, sampled
+
+    def _add_padding(self, x: StepInputs, s: ScheduledSeq) -> None:
+        """Rows a padded static batch computes for nothing: real work, results unused,
+        K/V written to the null block."""
+        seq, n = s.seq, s.num_new_tokens
+        x.input_ids += [0] * n
+        x.slots += [NULL_BLOCK * self.block_size] * n
+        x.query_lens.append(n)
+        if s.is_prefill:  # pad tokens of a short prompt: attend among themselves
+            x.positions += range(n)
+            x.seq_lens.append(n)
+            x.block_tables.append([NULL_BLOCK] * -(-n // self.block_size))
+        else:  # a finished member: one query over its own context
+            ctx = seq.num_computed_tokens
+            x.positions.append(max(ctx - 1, 0))
+            x.seq_lens.append(max(ctx, 1))
+            x.block_tables.append(seq.block_table or [NULL_BLOCK])
 
     @torch.inference_mode()
     def execute(self, x: StepInputs) -> torch.Tensor:

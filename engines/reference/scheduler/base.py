@@ -37,7 +37,7 @@ class ScheduledSeq:
     seq: Sequence
     num_new_tokens: int
     is_prefill: bool
-    is_padding: bool = False  # a finished member of a static batch, computed for nothing
+    is_padding: bool = False  # rows of a padded static batch (prompt padding, finished members)
 
 
 @dataclass

@@ -1,9 +1,11 @@
 """Request-level batching: fixed batches, run until their longest member finishes.
 
 A batch launches when `max_batch_size` requests wait (or when no more are
-coming). Members that finish early keep their slot and their KV blocks until
-the whole batch is done, and are still computed each step as padding: the
-waste continuous batching removes.
+coming). It runs as a padded rectangle, as a batch runner over dense tensors
+does: prompts are padded to the longest prompt of the batch, and members that
+finish early keep their slot and their KV blocks until the whole batch is done,
+still computed each step as padding. That waste is what continuous batching
+removes.
 """
 
 from __future__ import annotations
@@ -40,7 +42,14 @@ class StaticScheduler(Scheduler):
         self.batch = [s for s in self.batch if s.is_finished or s in self.running]
         if not out.scheduled:
             return None
-        if not any(s.is_prefill for s in out.scheduled):
+        if out.admitted:  # the batch's prefill: pad every prompt to the longest
+            longest = max(s.num_new_tokens for s in out.scheduled)
+            out.scheduled += [
+                ScheduledSeq(s.seq, longest - s.num_new_tokens, True, is_padding=True)
+                for s in list(out.scheduled)
+                if s.num_new_tokens < longest
+            ]
+        elif not any(s.is_prefill for s in out.scheduled):
             out.scheduled += [ScheduledSeq(s, 1, False, is_padding=True) for s in self.batch if s.is_finished]
         return out
 
