@@ -257,6 +257,14 @@ def write_summary(run: Run) -> None:
     print_summary(run.summary, run.run_dir, run.console)
 
 
+def write_report(run: Run) -> None:
+    if run.config.report.enabled:
+        from llmperf.report.run import build_run_report
+
+        path = build_run_report(run.run_dir)
+        run.console.print(f"report: {path}")
+
+
 STAGES: list[Callable[[Run], None]] = [
     write_config,
     resolve_hardware,
@@ -271,14 +279,6 @@ STAGES: list[Callable[[Run], None]] = [
     write_summary,
     write_report,
 ]
-
-
-def write_report(run: Run) -> None:
-    if run.config.report.enabled:
-        from llmperf.report.run import build_run_report
-
-        path = build_run_report(run.run_dir)
-        run.console.print(f"report: {path}")
 
 
 def run_benchmark(
