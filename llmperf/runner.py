@@ -45,6 +45,7 @@ from llmperf.hardware.profile import HardwareProfile
 from llmperf.hardware.registry import resolve_profile
 from llmperf.loadgen import LoadGenerator, LoadResult
 from llmperf.metrics import compute_metrics
+from llmperf.prediction import prediction_summary
 from llmperf.records import RecordWriter, RequestRecord
 from llmperf.roofline import estimate_summary, roofline_summary
 from llmperf.telemetry import Collector, SamplerUnavailable
@@ -210,7 +211,9 @@ def add_hardware_figures(run: Run) -> None:
     info = s["engine"]
     model_config = info.get("model_config")
     if model_config and run.profile is not None:
-        s.update(_roofline(run, ModelConfig(**model_config), info))
+        model = ModelConfig(**model_config)
+        s.update(_roofline(run, model, info))
+        s.update(prediction_summary(measured_steps(run), model, info, run.profile, s))
     usd_per_hour = run.profile.usd_per_hour if run.profile else None
     s.update(
         cost_summary(

@@ -95,3 +95,17 @@ def test_load_curves_need_a_numeric_override_that_varies(tmp_path):
     sweep.group_keys, sweep.x_key = ["engine.batching", "scenario.arrival.rate_rps"], None
     with pytest.raises(NoData, match="no numeric override varies"):
         sweep_plots.load_curves(sweep)
+
+
+def test_prediction_plot_puts_each_job_at_measured_against_predicted(tmp_path):
+    sweep = load_sweep(write_realistic_sweep(tmp_path / "sweep"))
+    fig = sweep_plots.prediction(sweep)
+    ttft_ax = fig.axes[0]
+    points = [p for c in ttft_ax.collections for p in c.get_offsets().tolist()]
+    expected = sorted([t * 1e3, p * 1e3] for t, p in zip(sweep.table["ttft_median_s"], sweep.table["predicted_ttft_s"], strict=True))
+    assert [x for p in sorted(points) for x in p] == pytest.approx([x for p in expected for x in p])
+    for job in ("ttft_median_s", "predicted_ttft_s"):
+        sweep.table[job] = None
+    sweep.table["predicted_decode_step_s"] = None
+    with pytest.raises(NoData, match="no job has roofline predictions"):
+        sweep_plots.prediction(sweep)

@@ -181,7 +181,13 @@ def roofline_and_cost(summary: dict[str, Any]) -> dict[str, Any]:
             "cost_split": "step_time", "cost_input_share": 0.3, "energy_j": 4200.0,
             "energy_per_output_token_j": 4200.0 / summary["output_tokens_total"],
             "telemetry_source": "nvml+torch_cuda+process", "telemetry_peak_power_w": 655.0,
-            "telemetry_mean_dram_bw_util_pct": 52.0, "throttled": False}
+            "telemetry_mean_dram_bw_util_pct": 52.0, "throttled": False,
+            "predicted_ttft_s": summary["ttft_s"]["median"] * 0.8,
+            "prediction_error_ttft": -0.2,
+            "measured_decode_step_s": summary["tpot_s"]["median"] * 0.95,
+            "predicted_decode_step_s": summary["tpot_s"]["median"] * 0.95 * 0.9,
+            "prediction_error_decode_step": -0.1,
+            "prediction_error_tpot": summary["tpot_s"]["median"] * 0.95 * 0.9 / summary["tpot_s"]["median"] - 1}
 
 
 def write_realistic_run(folder: Path, *, interrupted: bool = False, steps: bool = True,

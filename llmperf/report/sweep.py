@@ -53,7 +53,18 @@ FIGURES = {
     "usd_per_1m_tokens": "usd_per_1m_tokens",
     "usd_per_1m_output_tokens": "usd_per_1m_output_tokens",
     "energy_per_output_token_j": "energy_per_output_token_j",
+    # the roofline's prediction beside the measurement (llmperf/prediction.py)
+    "ttft_median_s": "ttft_s.median",
+    "predicted_ttft_s": "predicted_ttft_s",
+    "prediction_error_ttft": "prediction_error_ttft",
+    "measured_decode_step_s": "measured_decode_step_s",
+    "predicted_decode_step_s": "predicted_decode_step_s",
+    "prediction_error_decode_step": "prediction_error_decode_step",
+    "prediction_error_tpot": "prediction_error_tpot",
 }
+PREDICTION_COLUMNS = ("ttft_median_s", "predicted_ttft_s", "prediction_error_ttft",
+                      "measured_decode_step_s", "predicted_decode_step_s",
+                      "prediction_error_decode_step", "prediction_error_tpot")
 # Pareto frontiers of output throughput (higher is better) against a p99 latency.
 FRONTIERS = {"pareto_ttft_p99": "ttft_p99_s", "pareto_tpot_p99": "tpot_p99_s"}
 X_HINTS = ("rate", "concurrency", "rps")
@@ -172,7 +183,11 @@ JOB_COLUMNS = (("valid", "valid"), ("output_throughput_tps", "output tok/s"),
                ("slo_attainment", "SLO met %"), ("ttft_p50_s", "TTFT p50 ms"),
                ("ttft_p99_s", "TTFT p99 ms"), ("tpot_p50_s", "TPOT p50 ms"),
                ("tpot_p99_s", "TPOT p99 ms"), ("e2e_p99_s", "E2E p99 ms"),
-               ("mbu_decode", "MBU decode %"), ("usd_per_1m_tokens", "$ per 1M tok"))
+               ("mbu_decode", "MBU decode %"), ("usd_per_1m_tokens", "$ per 1M tok"),
+               ("predicted_ttft_s", "TTFT predicted ms"), ("prediction_error_ttft", "TTFT error %"),
+               ("measured_decode_step_s", "decode step ms"),
+               ("predicted_decode_step_s", "step predicted ms"),
+               ("prediction_error_decode_step", "step error %"))
 PIVOTS = (("output_throughput_tps", "Output throughput (tok/s)"),
           ("goodput_rps", "Goodput (req/s)"),
           ("ttft_p99_s", "TTFT p99 (ms)"), ("tpot_p99_s", "TPOT p99 (ms)"))
@@ -205,7 +220,7 @@ def bare(column: str, value: Any) -> str:
 def _best(values: list[Any], column: str) -> float | None:
     """The best of the values, or None when there is nothing to choose between."""
     known = pd.to_numeric(pd.Series(values, dtype=object), errors="coerce").dropna()
-    if known.nunique() < 2 or column == "valid":
+    if known.nunique() < 2 or column == "valid" or column in PREDICTION_COLUMNS:
         return None
     return known.max() if higher_is_better(column) else known.min()
 

@@ -147,8 +147,33 @@ def cost(sweep: Sweep) -> Figure:
     return fig
 
 
+def prediction(sweep: Sweep) -> Figure:
+    table = sweep.table
+    pairs = (("ttft_median_s", "predicted_ttft_s", "TTFT (median)"),
+             ("measured_decode_step_s", "predicted_decode_step_s", "Decode step (median)"))
+    if table["predicted_decode_step_s"].isna().all():
+        raise NoData("no job has roofline predictions (the reference engine's runs do)")
+    fig, axes = new_figure("Roofline prediction against measurement (on the line: exact)", 1, 2,
+                           height_in=3.6)
+    for ax, (measured, predicted, title) in zip(axes, pairs, strict=True):
+        xs, ys = table[measured].astype(float) * 1e3, table[predicted].astype(float) * 1e3
+        for i, (group, part) in enumerate(_groups(sweep)):
+            ax.scatter(part[measured].astype(float) * 1e3, part[predicted].astype(float) * 1e3,
+                       color=color(i), s=28, label=group, zorder=3)
+        known = pd.concat([xs, ys]).dropna()
+        if len(known):
+            lo, hi = known.min() * 0.8, known.max() * 1.25
+            ax.plot([lo, hi], [lo, hi], color=FRONTIER_COLOR, lw=1, ls="--", label="prediction = measurement")
+            ax.set_xscale("log")
+            ax.set_yscale("log")
+        titled(ax, title, "measured (ms)", "predicted (ms)")
+        legend(ax, loc="upper left")
+    return fig
+
+
 SWEEP_PLOTS = (
     ("sweep_load", "Throughput, goodput and latency against load", load_curves),
     ("sweep_pareto", "Latency against throughput, Pareto frontier", latency_throughput),
     ("sweep_cost", "Cost per 1M tokens per configuration", cost),
+    ("sweep_prediction", "Roofline prediction against measurement", prediction),
 )

@@ -13,7 +13,8 @@ MISSING = "–"
 
 # Shares in [0, 1] shown as percentages; matched on the start of the key.
 FRACTION_PREFIXES = ("mbu_", "mfu_", "roofline_fraction", "roofline_step_fraction",
-                     "slo_attainment", "cost_input_share", "telemetry_throttled_fraction")
+                     "slo_attainment", "cost_input_share", "telemetry_throttled_fraction",
+                     "prediction_error_")
 
 
 def significant(value: float, digits: int = 3) -> str:

@@ -1,0 +1,83 @@
+"""The roofline's prediction of a run's latency, beside what the run measured.
+
+For engines that report their steps: the run's typical prefill step (its batch
+and prompt length) and decode step (its batch and context) go through the
+capacity planner's model (`llmperf.plan.predict_latency`) with the run's
+hardware profile, and come back as predicted TTFT and decode step time next to
+the measured ones, with the relative error of each (predicted / measured - 1).
+"""
+
+from __future__ import annotations
+
+from statistics import median
+from typing import Any
+
+from engines.base import StepStat
+from engines.reference.config import ModelConfig
+from llmperf.hardware.profile import HardwareProfile
+from llmperf.plan.planner import predict_latency
+
+PREDICTION_KEYS = (
+    "predicted_ttft_s",
+    "predicted_decode_step_s",
+    "measured_decode_step_s",
+    "prediction_error_ttft",
+    "prediction_error_tpot",
+    "prediction_error_decode_step",
+    "prediction_batch",
+    "prediction_prompt_len",
+    "prediction_context_len",
+    "prediction_prefill_batch",
+)
+
+
+def prediction_summary(
+    steps: list[StepStat],
+    model: ModelConfig,
+    info: dict[str, Any],
+    profile: HardwareProfile,
+    summary: dict[str, Any],
+) -> dict[str, Any]:
+    decode = [s for s in steps if s.kind == "decode" and s.num_seqs]
+    prefill = [s for s in steps if s.kind == "prefill" and s.num_seqs]
+    if not decode or not prefill or "precision" not in info:
+        return {}
+    batch = round(median(s.num_seqs for s in decode))
+    context = median(s.context_tokens / s.num_seqs for s in decode)
+    prompt_batch = round(median(s.num_seqs for s in prefill))
+    prompt_len = median(s.num_prefill_tokens / s.num_seqs for s in prefill)
+    engine = dict(
+        tp=info.get("tp", 1),
+        weight_bytes=info["weight_bytes"],
+        compute_dtype=info["compute_dtype"],
+        kv_bytes_per_element=info["kv_bytes_per_token"] / model.kv_bytes_per_token(1),
+    )
+
+    def predict(batch_size: int):
+        return predict_latency(
+            model, info["precision"], profile, batch_size, round(prompt_len), round(context), **engine
+        )
+
+    predicted_ttft_s = predict(prompt_batch).ttft_s
+    predicted_step_s = predict(batch).decode_step_s
+    measured_step = median(s.duration_s for s in decode)
+    ttft = (summary.get("ttft_s") or {}).get("median")
+    tpot = (summary.get("tpot_s") or {}).get("median")
+    return {
+        "predicted_ttft_s": predicted_ttft_s,
+        "predicted_decode_step_s": predicted_step_s,
+        "measured_decode_step_s": measured_step,
+        "prediction_error_ttft": _error(predicted_ttft_s, ttft),
+        "prediction_error_tpot": _error(predicted_step_s, tpot),
+        "prediction_error_decode_step": _error(predicted_step_s, measured_step),
+        "prediction_batch": batch,
+        "prediction_prompt_len": prompt_len,
+        "prediction_context_len": context,
+        "prediction_prefill_batch": prompt_batch,
+    }
+
+
+def _error(predicted: float | None, measured: float | None) -> float | None:
+    if predicted is None or not measured:
+        return None
+    return predicted / measured - 1.0
