@@ -1,0 +1,83 @@
+"""Triton kernels: attention (prefill, paged decode) and the int8 weight-only matmul.
+
+On CUDA the kernels compile. On CPU they run under Triton's interpreter, which
+Triton switches on when a kernel function is *defined*, i.e. when its module is
+imported, if `TRITON_INTERPRET=1` is set then. So callers never import a kernel
+module at the top of a file: they call `prepare_triton(device)` first and import
+the kernel module inside the function that launches it.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import torch
+
+KERNEL_MODULES = (
+    "engines.reference.kernels.prefill_attention",
+    "engines.reference.kernels.decode_attention",
+    "engines.reference.kernels.int8_matmul",
+)
+
+
+def interpreter_enabled() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "").lower() in ("1", "true", "on", "yes")
+
+
+def prepare_triton(device: torch.device) -> None:
+    """Make sure kernels launched for tensors on `device` can run.
+
+    CPU tensors need the interpreter: set `TRITON_INTERPRET=1` unless the user
+    set the variable, and refuse to go on if a kernel module was already
+    imported without it (its kernels are compiled ones, which cannot read CPU
+    memory).
+    """
+    if device.type != "cpu" or interpreter_enabled():
+        return
+    if "TRITON_INTERPRET" in os.environ:
+        raise RuntimeError(
+            f"Triton kernels on CPU need TRITON_INTERPRET=1, but it is set to "
+            f"{os.environ['TRITON_INTERPRET']!r}; unset it or set it to 1"
+        )
+    imported = [name for name in KERNEL_MODULES if name in sys.modules]
+    if imported:
+        raise RuntimeError(
+            f"Triton kernels were imported compiled ({', '.join(imported)}) and cannot run "
+            "on CPU tensors; set TRITON_INTERPRET=1 before the first kernel launch"
+        )
+    os.environ["TRITON_INTERPRET"] = "1"
+
+
+def is_interpreted(kernel: object) -> bool:
+    """Whether a `@triton.jit` function was defined under the interpreter."""
+    return type(kernel).__name__ == "InterpretedFunction"
+
+
+def runs_compiled(tensor: torch.Tensor, kernel: object) -> bool:
+    """Whether `kernel` runs compiled on `tensor`'s device; raise if it cannot run there."""
+    interpreted = is_interpreted(kernel)
+    if tensor.device.type == "cpu" and not interpreted:
+        raise RuntimeError(
+            "Triton kernels were defined compiled and cannot run on CPU tensors; "
+            "call engines.reference.kernels.prepare_triton(device) before importing them"
+        )
+    return tensor.device.type == "cuda" and not interpreted
+
+
+def output_buffer(q: torch.Tensor, compiled: bool) -> torch.Tensor:
+    """Where a kernel writes its `q`-shaped result; cast it with `.to(q.dtype)` afterwards.
+
+    The interpreter rounds fp32 to bf16 by truncation, a full ulp off where the
+    GPU rounds to nearest, so interpreted bf16 kernels write fp32 and torch casts.
+    """
+    if q.dtype == torch.bfloat16 and not compiled:
+        return torch.empty(q.shape, dtype=torch.float32, device=q.device)
+    return torch.empty(q.shape, dtype=q.dtype, device=q.device)
+
+
+def dot_precision(dtype: torch.dtype) -> str:
+    """`tl.dot` input precision: fp32 through TF32 only where torch's matmuls may do so too."""
+    if dtype == torch.float32 and torch.backends.cuda.matmul.allow_tf32:
+        return "tf32"
+    return "ieee"

@@ -1,0 +1,186 @@
+"""Triton attention kernels against a naive PyTorch reference, under the interpreter on CPU."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from engines.reference.attention.base import AttentionMetadata
+from engines.reference.kernels import prepare_triton
+from engines.reference.kernels.reference import (
+    causal_attention,
+    gather_sequence_kv,
+    paged_attention_reference,
+)
+
+prepare_triton(torch.device("cpu"))
+
+from engines.reference.attention.triton import TritonAttention  # noqa: E402
+from engines.reference.kernels.decode_attention import (  # noqa: E402
+    choose_num_splits,
+    paged_decode_attention,
+)
+from engines.reference.kernels.prefill_attention import (  # noqa: E402
+    paged_prefill_attention,
+    varlen_attention,
+)
+
+BLOCK_SIZE = 16
+NUM_KV_HEADS = 2
+
+
+def tolerance(dtype: torch.dtype, ref: torch.Tensor) -> float:
+    """fp32 and fp16 as the acceptance states; bf16 within its rounding of the output."""
+    if dtype == torch.float32:
+        return 1e-4
+    if dtype == torch.float16:
+        return 2e-3
+    return 2.0**-8 * ref.abs().max().item() + 1e-4
+
+
+def make_batch(
+    query_lens: list[int],
+    seq_lens: list[int],
+    num_heads: int,
+    head_dim: int,
+    dtype: torch.dtype,
+    shuffled: bool = True,
+    seed: int = 0,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, AttentionMetadata]:
+    """A paged cache whose slots past each sequence's end, and the spare blocks, hold NaN.
+
+    The kernels must never read them: one NaN read would poison the output.
+    """
+    gen = torch.Generator().manual_seed(seed)
+    blocks_per_seq = [math.ceil(n / BLOCK_SIZE) for n in seq_lens]
+    num_blocks = sum(blocks_per_seq) + 3
+    shape = (num_blocks, BLOCK_SIZE, NUM_KV_HEADS, head_dim)
+    k_cache = torch.full(shape, float("nan"), dtype=dtype)
+    v_cache = torch.full(shape, float("nan"), dtype=dtype)
+    order = torch.randperm(num_blocks, generator=gen) if shuffled else torch.arange(num_blocks)
+    block_tables = torch.zeros(len(seq_lens), max(blocks_per_seq), dtype=torch.int32)
+    slots, next_block = [], 0
+    for i, (q_len, seq_len) in enumerate(zip(query_lens, seq_lens, strict=True)):
+        ids = order[next_block : next_block + blocks_per_seq[i]]
+        next_block += blocks_per_seq[i]
+        block_tables[i, : len(ids)] = ids.to(torch.int32)
+        pos = torch.arange(seq_len)
+        flat = ids[pos // BLOCK_SIZE] * BLOCK_SIZE + pos % BLOCK_SIZE
+        kv = torch.randn(2, seq_len, NUM_KV_HEADS, head_dim, generator=gen).to(dtype)
+        k_cache.view(-1, NUM_KV_HEADS, head_dim)[flat] = kv[0]
+        v_cache.view(-1, NUM_KV_HEADS, head_dim)[flat] = kv[1]
+        slots.append(flat[seq_len - q_len :])
+    q = torch.randn(sum(query_lens), num_heads, head_dim, generator=gen).to(dtype)
+    cu = torch.tensor([0, *torch.tensor(query_lens).cumsum(0).tolist()], dtype=torch.int32)
+    meta = AttentionMetadata(
+        query_lens=query_lens,
+        seq_lens=seq_lens,
+        cu_query_lens=cu,
+        seq_lens_t=torch.tensor(seq_lens, dtype=torch.int32),
+        block_tables=block_tables,
+        slot_mapping=torch.cat(slots),
+        block_size=BLOCK_SIZE,
+    )
+    return q, k_cache, v_cache, meta
+
+
+SHAPES = [(g, d) for g in (1, 4) for d in (64, 128)]  # (GQA ratio, head_dim)
+DTYPES = [torch.float32, torch.float16, torch.bfloat16]
+
+
+@pytest.mark.parametrize("group,head_dim", SHAPES)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_paged_prefill_matches_reference_with_context(group, head_dim, dtype):
+    # A whole prompt, a chunk after cached context, a short tail: none a multiple of 16.
+    q, k_cache, v_cache, meta = make_batch(
+        [21, 9, 3], [21, 40, 35], NUM_KV_HEADS * group, head_dim, dtype
+    )
+    scale = head_dim**-0.5
+    out = paged_prefill_attention(
+        q, k_cache, v_cache, meta.cu_query_lens, meta.seq_lens_t, meta.block_tables,
+        meta.max_query_len, scale,
+    )  # fmt: skip
+    ref = paged_attention_reference(q, k_cache, v_cache, meta, scale)
+    assert out.dtype == dtype and out.shape == q.shape
+    assert (out.float() - ref).abs().max().item() <= tolerance(dtype, ref)
+
+
+@pytest.mark.parametrize("group,head_dim", SHAPES)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_paged_decode_matches_reference(group, head_dim, dtype):
+    q, k_cache, v_cache, meta = make_batch(
+        [1, 1, 1], [1, 45, 70], NUM_KV_HEADS * group, head_dim, dtype
+    )
+    scale = head_dim**-0.5
+    out = paged_decode_attention(
+        q, k_cache, v_cache, meta.seq_lens_t, meta.block_tables, meta.max_seq_len, scale
+    )
+    ref = paged_attention_reference(q, k_cache, v_cache, meta, scale)
+    assert out.dtype == dtype
+    assert (out.float() - ref).abs().max().item() <= tolerance(dtype, ref)
+
+
+@pytest.mark.parametrize("num_splits", [1, 3, 8])
+def test_decode_split_kv_merge_is_exact_including_empty_splits(num_splits):
+    # 8 splits of a 1-token sequence leave 7 splits empty; 70 tokens in 3 split unevenly.
+    q, k_cache, v_cache, meta = make_batch([1, 1], [1, 70], 8, 64, torch.float32)
+    out = paged_decode_attention(
+        q, k_cache, v_cache, meta.seq_lens_t, meta.block_tables, meta.max_seq_len, 0.125,
+        num_splits=num_splits,
+    )  # fmt: skip
+    ref = paged_attention_reference(q, k_cache, v_cache, meta, 0.125)
+    assert (out - ref).abs().max().item() <= 1e-4
+
+
+@pytest.mark.parametrize("group", [1, 4])
+def test_varlen_prefill_over_packed_kv_matches_reference(group):
+    gen = torch.Generator().manual_seed(1)
+    q_lens, kv_lens, head_dim = [19, 1, 33], [19, 7, 40], 64
+    q = torch.randn(sum(q_lens), NUM_KV_HEADS * group, head_dim, generator=gen)
+    k = torch.randn(sum(kv_lens), NUM_KV_HEADS, head_dim, generator=gen)
+    v = torch.randn(sum(kv_lens), NUM_KV_HEADS, head_dim, generator=gen)
+    cu_q = torch.tensor([0, 19, 20, 53], dtype=torch.int32)
+    cu_kv = torch.tensor([0, 19, 26, 66], dtype=torch.int32)
+    out = varlen_attention(q, k, v, cu_q, cu_kv, max(q_lens), 0.125)
+    for i in range(3):
+        qs, ks = slice(cu_q[i], cu_q[i + 1]), slice(cu_kv[i], cu_kv[i + 1])
+        ref = causal_attention(q[qs], k[ks], v[ks], 0.125)
+        assert (out[qs] - ref).abs().max().item() <= 1e-4
+
+
+@pytest.mark.parametrize("shuffled", [True, False], ids=["paged", "contiguous"])
+def test_triton_backend_dispatches_prefill_mixed_and_decode_batches(shuffled):
+    backend = TritonAttention()
+    assert backend.name == "triton"
+    for query_lens, seq_lens in [([12, 5], [12, 20]), ([1, 6, 1], [33, 6, 17]), ([1, 1], [17, 48])]:
+        q, k_cache, v_cache, meta = make_batch(query_lens, seq_lens, 8, 64, torch.float32, shuffled)
+        out = backend(q, k_cache, v_cache, meta, 0.125)
+        ref = paged_attention_reference(q, k_cache, v_cache, meta, 0.125)
+        assert (out - ref).abs().max().item() <= 1e-4
+
+
+def test_reference_agrees_with_torch_sdpa():
+    q, k_cache, v_cache, meta = make_batch([10], [10], 8, 64, torch.float32)
+    k, v = gather_sequence_kv(k_cache, v_cache, meta.block_tables[0], 10)
+    sdpa = F.scaled_dot_product_attention(
+        q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1),
+        is_causal=True, scale=0.125, enable_gqa=True,
+    ).transpose(0, 1)  # fmt: skip
+    ref = paged_attention_reference(q, k_cache, v_cache, meta, 0.125)
+    assert (sdpa - ref).abs().max().item() <= 1e-5
+
+
+def test_num_splits_fill_two_waves_but_never_split_below_a_tile():
+    assert choose_num_splits(1, 8, 4096, 64, 132) == 33  # ceil(264 / 8)
+    assert choose_num_splits(1, 8, 100, 64, 132) == 2  # only two tiles of keys
+    assert choose_num_splits(64, 8, 4096, 64, 132) == 1  # 512 programs already
+    assert choose_num_splits(1, 1, 1 << 20, 64, 132) == 64  # capped
+
+
+def test_prepare_triton_refuses_an_explicit_opt_out_on_cpu(monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    with pytest.raises(RuntimeError, match="TRITON_INTERPRET=1"):
+        prepare_triton(torch.device("cpu"))
