@@ -65,15 +65,14 @@ def runs_compiled(tensor: torch.Tensor, kernel: object) -> bool:
     return tensor.device.type == "cuda" and not interpreted
 
 
-def output_buffer(q: torch.Tensor, compiled: bool) -> torch.Tensor:
-    """Where a kernel writes its `q`-shaped result; cast it with `.to(q.dtype)` afterwards.
+def output_buffer(shape: tuple[int, ...], like: torch.Tensor, compiled: bool) -> torch.Tensor:
+    """Where a kernel writes a result meant to have `like`'s dtype; `.to(like.dtype)` it after.
 
     The interpreter rounds fp32 to bf16 by truncation, a full ulp off where the
     GPU rounds to nearest, so interpreted bf16 kernels write fp32 and torch casts.
     """
-    if q.dtype == torch.bfloat16 and not compiled:
-        return torch.empty(q.shape, dtype=torch.float32, device=q.device)
-    return torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    dtype = torch.float32 if like.dtype == torch.bfloat16 and not compiled else like.dtype
+    return torch.empty(shape, dtype=dtype, device=like.device)
 
 
 def dot_precision(dtype: torch.dtype) -> str:

@@ -200,7 +200,7 @@ def paged_decode_attention(
         DOT_PRECISION=dot_precision(q.dtype),
         num_warps=4 if on_cuda else 1,
     )  # fmt: skip
-    out = output_buffer(q, on_cuda)
+    out = output_buffer(q.shape, q, on_cuda)
     _decode_reduce_kernel[(num_seqs, num_heads)](
         o_part, lse_part, out,
         out.stride(0), out.stride(1),

@@ -141,7 +141,7 @@ def _launch(q, k, v, cu_q, kv_lens, cu_kv, block_tables, block_size, max_q_len, 
         )
     if q.stride(-1) != 1:
         q = q.contiguous()
-    out = output_buffer(q, on_cuda)
+    out = output_buffer(q.shape, q, on_cuda)
     block_m, block_n, num_warps, num_stages = _block_sizes(head_dim, on_cuda)
     num_seqs = cu_q.numel() - 1
     grid = (triton.cdiv(max_q_len, block_m), num_heads, num_seqs)
