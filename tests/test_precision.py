@@ -26,41 +26,47 @@ class Norm(nn.Module):
         self.weight = nn.Parameter(torch.ones(hidden))
 
 
+class Attention(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        h, q, kv = cfg.hidden_size, cfg.q_size, cfg.kv_size
+        self.qkv_proj = nn.Linear(h, q + 2 * kv, bias=cfg.attention_bias)
+        self.o_proj = nn.Linear(q, h, bias=False)
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.gate_up_proj = nn.Linear(cfg.hidden_size, 2 * cfg.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
+
+
 class Block(nn.Module):
-    """The parameter layout of a Llama/Qwen2 decoder layer (no forward needed here)."""
+    """The parameter layout of the reference model's decoder layer (q/k/v and gate/up stacked)."""
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
-        h, q, kv, i = cfg.hidden_size, cfg.q_size, cfg.kv_size, cfg.intermediate_size
-        bias = cfg.attention_bias
-        self.self_attn = nn.ModuleDict(
-            dict(
-                q_proj=nn.Linear(h, q, bias=bias),
-                k_proj=nn.Linear(h, kv, bias=bias),
-                v_proj=nn.Linear(h, kv, bias=bias),
-                o_proj=nn.Linear(q, h, bias=False),
-            )
-        )
-        self.mlp = nn.ModuleDict(
-            dict(
-                gate_proj=nn.Linear(h, i, bias=False),
-                up_proj=nn.Linear(h, i, bias=False),
-                down_proj=nn.Linear(i, h, bias=False),
-            )
-        )
-        self.input_layernorm = Norm(h)
-        self.post_attention_layernorm = Norm(h)
+        self.self_attn = Attention(cfg)
+        self.mlp = MLP(cfg)
+        self.input_layernorm = Norm(cfg.hidden_size)
+        self.post_attention_layernorm = Norm(cfg.hidden_size)
 
 
-class Skeleton(nn.Module):
+class Decoder(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
         self.layers = nn.ModuleList(Block(cfg) for _ in range(cfg.num_hidden_layers))
         self.norm = Norm(cfg.hidden_size)
+
+
+class Skeleton(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.model = Decoder(cfg)
         self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
         if cfg.tie_word_embeddings:
-            self.lm_head.weight = self.embed_tokens.weight
+            self.lm_head.weight = self.model.embed_tokens.weight
         self.register_buffer("inv_freq", torch.ones(cfg.head_dim // 2))  # not a weight
 
 
@@ -116,7 +122,7 @@ def test_float_precisions_leave_the_model_alone(name):
     cfg = get_preset("tiny")
     model = skeleton(cfg, PRECISIONS[name].cpu_dtype)
     quantize_model(model, name)
-    assert type(model.lm_head) is nn.Linear and type(model.embed_tokens) is nn.Embedding
+    assert type(model.lm_head) is nn.Linear and type(model.model.embed_tokens) is nn.Embedding
     assert weight_bytes(model) == cfg.num_params() * PRECISIONS[name].cpu_dtype.itemsize
 
 
@@ -126,10 +132,10 @@ def test_quantize_model_swaps_every_linear_and_the_embedding(name, cls, preset):
     cfg = get_preset(preset)
     model = skeleton(cfg, torch.bfloat16)
     quantize_model(model, name)
-    layer = model.layers[0]
-    swapped = [*layer.self_attn.values(), *layer.mlp.values(), model.lm_head]
-    assert all(type(m) is cls for m in swapped)
-    assert isinstance(model.embed_tokens, QuantizedEmbedding)
+    layer = model.model.layers[0]
+    swapped = [layer.self_attn.qkv_proj, layer.self_attn.o_proj, layer.mlp.gate_up_proj]
+    assert all(type(m) is cls for m in [*swapped, layer.mlp.down_proj, model.lm_head])
+    assert isinstance(model.model.embed_tokens, QuantizedEmbedding)
     assert not any(type(m) is nn.Linear for m in model.modules())
     assert weight_bytes(model) == quantized_bytes_by_hand(cfg, code_bytes=1, scale_bytes=2)
 
@@ -138,7 +144,7 @@ def test_untied_model_stores_embedding_and_head_separately():
     cfg = get_preset("tiny")  # tie_word_embeddings=False
     model = skeleton(cfg, torch.float32)
     quantize_model(model, "int8")
-    assert model.embed_tokens.table is not model.lm_head
+    assert model.model.embed_tokens.table is not model.lm_head
     assert weight_bytes(model) == quantized_bytes_by_hand(cfg, code_bytes=1, scale_bytes=4)
 
 
@@ -158,12 +164,18 @@ def test_quantized_model_keeps_working_after_a_cast():
     )  # fmt: skip
     torch.manual_seed(0)
     model = Skeleton(cfg)
-    table = model.embed_tokens.weight.detach().clone()
+    table = model.lm_head.weight.detach().clone()
     quantize_model(model, "int8")
     model.to(torch.bfloat16)
     ids = torch.tensor([1, 5, 63])
-    rows = model.embed_tokens(ids)
+    rows = model.model.embed_tokens(ids)
     assert rows.dtype == torch.bfloat16
     step = model.lm_head.scale[ids].float().unsqueeze(-1)
     # half a code step, then bf16 rounding of the row values and of the scale
     assert ((rows.float() - table[ids]).abs() <= step / 2 + 2.0**-7 * table[ids].abs()).all()
+    h = torch.randn(2, 32).bfloat16()
+    logits = model.lm_head(h).float()
+    rows = model.model.embed_tokens(torch.arange(64)).float()  # bf16-rounded codes x scales
+    product = h.float() @ rows.T
+    # rounding of the rows to bf16 and of the logits, relative to the terms' magnitudes
+    assert ((logits - product).abs() <= 2.0**-7 * (h.float().abs() @ rows.abs().T)).all()

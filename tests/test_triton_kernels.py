@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import math
-
 import pytest
 import torch
 import torch.nn.functional as F
@@ -14,6 +12,7 @@ from engines.reference.kernels.reference import (
     causal_attention,
     gather_sequence_kv,
     paged_attention_reference,
+    random_paged_batch,
 )
 
 prepare_triton(torch.device("cpu"))
@@ -48,43 +47,18 @@ def make_batch(
     head_dim: int,
     dtype: torch.dtype,
     shuffled: bool = True,
-    seed: int = 0,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, AttentionMetadata]:
-    """A paged cache whose slots past each sequence's end, and the spare blocks, hold NaN.
-
-    The kernels must never read them: one NaN read would poison the output.
-    """
-    gen = torch.Generator().manual_seed(seed)
-    blocks_per_seq = [math.ceil(n / BLOCK_SIZE) for n in seq_lens]
-    num_blocks = sum(blocks_per_seq) + 3
-    shape = (num_blocks, BLOCK_SIZE, NUM_KV_HEADS, head_dim)
-    k_cache = torch.full(shape, float("nan"), dtype=dtype)
-    v_cache = torch.full(shape, float("nan"), dtype=dtype)
-    order = torch.randperm(num_blocks, generator=gen) if shuffled else torch.arange(num_blocks)
-    block_tables = torch.zeros(len(seq_lens), max(blocks_per_seq), dtype=torch.int32)
-    slots, next_block = [], 0
-    for i, (q_len, seq_len) in enumerate(zip(query_lens, seq_lens, strict=True)):
-        ids = order[next_block : next_block + blocks_per_seq[i]]
-        next_block += blocks_per_seq[i]
-        block_tables[i, : len(ids)] = ids.to(torch.int32)
-        pos = torch.arange(seq_len)
-        flat = ids[pos // BLOCK_SIZE] * BLOCK_SIZE + pos % BLOCK_SIZE
-        kv = torch.randn(2, seq_len, NUM_KV_HEADS, head_dim, generator=gen).to(dtype)
-        k_cache.view(-1, NUM_KV_HEADS, head_dim)[flat] = kv[0]
-        v_cache.view(-1, NUM_KV_HEADS, head_dim)[flat] = kv[1]
-        slots.append(flat[seq_len - q_len :])
-    q = torch.randn(sum(query_lens), num_heads, head_dim, generator=gen).to(dtype)
-    cu = torch.tensor([0, *torch.tensor(query_lens).cumsum(0).tolist()], dtype=torch.int32)
-    meta = AttentionMetadata(
-        query_lens=query_lens,
-        seq_lens=seq_lens,
-        cu_query_lens=cu,
-        seq_lens_t=torch.tensor(seq_lens, dtype=torch.int32),
-        block_tables=block_tables,
-        slot_mapping=torch.cat(slots),
-        block_size=BLOCK_SIZE,
+    """Unowned cache slots hold NaN: a kernel reading one would poison its output."""
+    return random_paged_batch(
+        query_lens,
+        seq_lens,
+        num_heads,
+        NUM_KV_HEADS,
+        head_dim,
+        BLOCK_SIZE,
+        dtype,
+        shuffled=shuffled,
     )
-    return q, k_cache, v_cache, meta
 
 
 SHAPES = [(g, d) for g in (1, 4) for d in (64, 128)]  # (GQA ratio, head_dim)
