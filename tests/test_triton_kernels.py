@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -68,9 +74,10 @@ DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 @pytest.mark.parametrize("group,head_dim", SHAPES)
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_paged_prefill_matches_reference_with_context(group, head_dim, dtype):
-    # A whole prompt, a chunk after cached context, a short tail: none a multiple of 16.
+    # A whole prompt, a chunk after cached context, a short tail: none a multiple of 16,
+    # and long enough for several query and key tiles of 64.
     q, k_cache, v_cache, meta = make_batch(
-        [21, 9, 3], [21, 40, 35], NUM_KV_HEADS * group, head_dim, dtype
+        [70, 9, 3], [70, 140, 35], NUM_KV_HEADS * group, head_dim, dtype
     )
     scale = head_dim**-0.5
     out = paged_prefill_attention(
@@ -97,16 +104,20 @@ def test_paged_decode_matches_reference(group, head_dim, dtype):
     assert (out.float() - ref).abs().max().item() <= tolerance(dtype, ref)
 
 
-@pytest.mark.parametrize("num_splits", [1, 3, 8])
-def test_decode_split_kv_merge_is_exact_including_empty_splits(num_splits):
-    # 8 splits of a 1-token sequence leave 7 splits empty; 70 tokens in 3 split unevenly.
-    q, k_cache, v_cache, meta = make_batch([1, 1], [1, 70], 8, 64, torch.float32)
+@pytest.mark.parametrize(
+    "num_splits,dtype",
+    [(1, torch.float32), (3, torch.float32), (8, torch.float32), (3, torch.bfloat16)],
+)
+def test_decode_split_kv_merge_is_exact_including_empty_splits(num_splits, dtype):
+    # 8 splits of a 1-token sequence leave 7 splits empty; 150 tokens in 3 split unevenly.
+    q, k_cache, v_cache, meta = make_batch([1, 1], [1, 150], 8, 64, dtype)
     out = paged_decode_attention(
         q, k_cache, v_cache, meta.seq_lens_t, meta.block_tables, meta.max_seq_len, 0.125,
         num_splits=num_splits,
     )  # fmt: skip
     ref = paged_attention_reference(q, k_cache, v_cache, meta, 0.125)
-    assert (out - ref).abs().max().item() <= 1e-4
+    assert out.dtype == dtype
+    assert (out.float() - ref).abs().max().item() <= tolerance(dtype, ref)
 
 
 @pytest.mark.parametrize("group", [1, 4])
@@ -136,6 +147,23 @@ def test_triton_backend_dispatches_prefill_mixed_and_decode_batches(shuffled):
         assert (out - ref).abs().max().item() <= 1e-4
 
 
+def test_group_of_seven_query_heads_per_kv_head_as_in_qwen2_5():
+    # 14 query heads over 2 kv heads: the group is padded to 8 rows inside the kernels.
+    q, k_cache, v_cache, meta = make_batch([1, 1], [30, 77], 14, 64, torch.float32)
+    decode = paged_decode_attention(
+        q, k_cache, v_cache, meta.seq_lens_t, meta.block_tables, meta.max_seq_len, 0.125
+    )
+    ref = paged_attention_reference(q, k_cache, v_cache, meta, 0.125)
+    assert (decode - ref).abs().max().item() <= 1e-4
+    q, k_cache, v_cache, meta = make_batch([20, 6], [20, 50], 14, 64, torch.float32)
+    prefill = paged_prefill_attention(
+        q, k_cache, v_cache, meta.cu_query_lens, meta.seq_lens_t, meta.block_tables,
+        meta.max_query_len, 0.125,
+    )  # fmt: skip
+    ref = paged_attention_reference(q, k_cache, v_cache, meta, 0.125)
+    assert (prefill - ref).abs().max().item() <= 1e-4
+
+
 def test_reference_agrees_with_torch_sdpa():
     q, k_cache, v_cache, meta = make_batch([10], [10], 8, 64, torch.float32)
     k, v = gather_sequence_kv(k_cache, v_cache, meta.block_tables[0], 10)
@@ -158,3 +186,31 @@ def test_prepare_triton_refuses_an_explicit_opt_out_on_cpu(monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "0")
     with pytest.raises(RuntimeError, match="TRITON_INTERPRET=1"):
         prepare_triton(torch.device("cpu"))
+
+
+def test_kernels_run_interpreted_even_when_torch_imported_triton_first(tmp_path):
+    # torch imports triton on its own (torch._dynamo probes for it), before TRITON_INTERPRET
+    # is set; triton.language's helpers are then compiled ones. A fresh process shows it.
+    script = tmp_path / "late_interpret.py"
+    script.write_text(
+        textwrap.dedent(
+            """
+            import os, sys
+            os.environ.pop("TRITON_INTERPRET", None)
+            import torch, triton.language  # compiled helpers, as torch would leave them
+            from engines.reference.kernels import prepare_triton
+            from engines.reference.kernels.reference import paged_attention_reference, random_paged_batch
+            prepare_triton(torch.device("cpu"))
+            from engines.reference.attention.triton import TritonAttention
+            q, k, v, meta = random_paged_batch([1, 5], [9, 20], 4, 2, 32, 16)
+            err = (TritonAttention()(q, k, v, meta, 0.2) - paged_attention_reference(q, k, v, meta, 0.2)).abs().max()
+            print(f"max_err={err.item():.2e}")
+            sys.exit(0 if err <= 1e-4 else 1)
+            """
+        )
+    )
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    env.pop("TRITON_INTERPRET", None)
+    done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "max_err=" in done.stdout

@@ -5,6 +5,13 @@ Triton switches on when a kernel function is *defined*, i.e. when its module is
 imported, if `TRITON_INTERPRET=1` is set then. So callers never import a kernel
 module at the top of a file: they call `prepare_triton(device)` first and import
 the kernel module inside the function that launches it.
+
+The same holds for triton.language's own helpers (`tl.zeros`, `tl.max`,
+`tl.sum`, `tl.cdiv`, ...), defined when `triton` is first imported, which torch
+does by itself (torch._dynamo probes for triton). `prepare_triton` redefines
+those helpers as interpreted ones when that happened before it ran. A process
+then runs Triton interpreted only: compiled kernels and the interpreter do not
+mix.
 """
 
 from __future__ import annotations
@@ -47,6 +54,25 @@ def prepare_triton(device: torch.device) -> None:
             "on CPU tensors; set TRITON_INTERPRET=1 before the first kernel launch"
         )
     os.environ["TRITON_INTERPRET"] = "1"
+    if "triton.language" in sys.modules:
+        _interpret_language_helpers()
+
+
+def _interpret_language_helpers() -> None:
+    """Swap triton.language's compiled `@jit` helpers for interpreted ones, in every
+    module that holds them, keeping one object per helper: the interpreter spots
+    fast reductions by identity (`combine_fn is tl.standard._elementwise_max`)."""
+    from triton.runtime.interpreter import InterpretedFunction
+    from triton.runtime.jit import JITFunction
+
+    interpreted: dict[int, InterpretedFunction] = {}
+    modules = [m for name, m in list(sys.modules.items()) if name.startswith("triton.language")]
+    for module in modules:
+        for name, member in list(vars(module).items()):
+            if isinstance(member, JITFunction):
+                if id(member) not in interpreted:
+                    interpreted[id(member)] = InterpretedFunction(member.fn)
+                setattr(module, name, interpreted[id(member)])
 
 
 def is_interpreted(kernel: object) -> bool:

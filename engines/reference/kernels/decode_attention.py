@@ -25,10 +25,10 @@ LOG2_E = 1.4426950408889634
 
 @triton.jit
 def _decode_split_kernel(
-    Q, K, V, O_part, LSE_part,
+    Q, K, V, Out, O_part, LSE_part,
     seq_lens, block_tables,
     scale_log2,
-    stride_qt, stride_qh,
+    stride_qt, stride_qh, stride_ot, stride_oh,
     stride_kb, stride_kt, stride_kh,
     stride_vb, stride_vt, stride_vh,
     stride_bt, block_size, num_splits,
@@ -39,12 +39,16 @@ def _decode_split_kernel(
     BLOCK_N: tl.constexpr,
     UPCAST: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
+    SINGLE_SPLIT: tl.constexpr,
 ):  # fmt: skip
     seq = tl.program_id(0)
     kv_head = tl.program_id(1)
     split = tl.program_id(2)
     seq_len = tl.load(seq_lens + seq)
-    split_len = tl.cdiv(tl.cdiv(seq_len, num_splits), BLOCK_N) * BLOCK_N
+    # Splits cover whole key tiles. (Plain arithmetic rather than tl.cdiv, and tl.full rather
+    # than tl.zeros: those helpers cost the interpreter a re-patch of triton.language per call.)
+    keys_per_split = (seq_len + num_splits - 1) // num_splits
+    split_len = (keys_per_split + BLOCK_N - 1) // BLOCK_N * BLOCK_N
     start = split * split_len
     end = tl.minimum(start + split_len, seq_len)
 
@@ -62,8 +66,8 @@ def _decode_split_kernel(
         q = q.to(tl.float32)
 
     m_i = tl.full([BLOCK_H], float("-inf"), dtype=tl.float32)
-    l_i = tl.zeros([BLOCK_H], dtype=tl.float32)
-    acc = tl.zeros([BLOCK_H, BLOCK_D], dtype=tl.float32)
+    l_i = tl.full([BLOCK_H], 0.0, dtype=tl.float32)
+    acc = tl.full([BLOCK_H, BLOCK_D], 0.0, dtype=tl.float32)
     for start_n in range(start, end, BLOCK_N):
         offs_n = start_n + tl.arange(0, BLOCK_N)
         n_mask = offs_n < end
@@ -100,6 +104,11 @@ def _decode_split_kernel(
         acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)
         m_i = m_new
 
+    if SINGLE_SPLIT:  # the whole sequence: this is the answer, no merge needed
+        o_ptrs = Out + seq.to(tl.int64) * stride_ot + heads[:, None] * stride_oh + offs_d[None, :]
+        out = acc / l_i[:, None]
+        tl.store(o_ptrs, out.to(Out.dtype.element_ty), mask=h_mask[:, None] & d_mask[None, :])
+        return
     # An empty split (short sequence) leaves l_i = 0: write lse = -inf, output 0.
     has_keys = l_i > 0
     out = acc / tl.where(has_keys, l_i, 1.0)[:, None]
@@ -173,21 +182,26 @@ def paged_decode_attention(
         q = q.contiguous()
     group = num_heads // num_kv_heads
     block_d = triton.next_power_of_2(head_dim)
-    # The interpreter pays per tile step, so it takes longer tiles and few splits.
-    block_n = (64 if head_dim <= 64 else 32) if on_cuda else 32
+    block_n = 64 if head_dim <= 64 or not on_cuda else 32
     if num_splits is None:
-        num_sms = _num_sms(q.device.index or 0) if on_cuda else 2
-        num_splits = choose_num_splits(num_seqs, num_kv_heads, max_seq_len, block_n, num_sms)
+        # The interpreter runs programs one after another: splitting only adds the merge.
+        num_splits = 1
+        if on_cuda:
+            num_sms = _num_sms(q.device.index or 0)
+            num_splits = choose_num_splits(num_seqs, num_kv_heads, max_seq_len, block_n, num_sms)
 
-    o_part = torch.empty(
-        num_seqs * num_heads * num_splits, block_d, dtype=torch.float32, device=q.device
+    out = output_buffer(q.shape, q, on_cuda)
+    rows = num_seqs * num_heads * num_splits
+    # With one split the partial buffers are never touched: pass `out` in their place.
+    o_part = (
+        torch.empty(rows, block_d, dtype=torch.float32, device=q.device) if num_splits > 1 else out
     )
-    lse_part = torch.empty(num_seqs * num_heads * num_splits, dtype=torch.float32, device=q.device)
+    lse_part = torch.empty(rows, dtype=torch.float32, device=q.device) if num_splits > 1 else out
     _decode_split_kernel[(num_seqs, num_kv_heads, num_splits)](
-        q, k_cache, v_cache, o_part, lse_part,
+        q, k_cache, v_cache, out, o_part, lse_part,
         seq_lens, block_tables,
         scale * LOG2_E,
-        q.stride(0), q.stride(1),
+        q.stride(0), q.stride(1), out.stride(0), out.stride(1),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
         block_tables.stride(0), k_cache.shape[1], num_splits,
@@ -198,16 +212,17 @@ def paged_decode_attention(
         BLOCK_N=block_n,
         UPCAST=not on_cuda or q.dtype == torch.float32,
         DOT_PRECISION=dot_precision(q.dtype),
+        SINGLE_SPLIT=num_splits == 1,
         num_warps=4 if on_cuda else 1,
     )  # fmt: skip
-    out = output_buffer(q.shape, q, on_cuda)
-    _decode_reduce_kernel[(num_seqs, num_heads)](
-        o_part, lse_part, out,
-        out.stride(0), out.stride(1),
-        num_heads, num_splits,
-        HEAD_DIM=head_dim,
-        BLOCK_D=block_d,
-        BLOCK_S=triton.next_power_of_2(num_splits),
-        num_warps=1,
-    )  # fmt: skip
+    if num_splits > 1:
+        _decode_reduce_kernel[(num_seqs, num_heads)](
+            o_part, lse_part, out,
+            out.stride(0), out.stride(1),
+            num_heads, num_splits,
+            HEAD_DIM=head_dim,
+            BLOCK_D=block_d,
+            BLOCK_S=triton.next_power_of_2(num_splits),
+            num_warps=1,
+        )  # fmt: skip
     return out.to(q.dtype)

@@ -41,7 +41,7 @@ def _int8_weight_matmul_kernel(
     n_mask = offs_n < N
     x_ptrs = X + offs_m[:, None].to(tl.int64) * stride_xm + offs_k[None, :]
     w_ptrs = W + offs_n[None, :].to(tl.int64) * stride_wn + offs_k[:, None]  # W^T tile [K, N]
-    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    acc = tl.full([BLOCK_M, BLOCK_N], 0.0, dtype=tl.float32)
     for k0 in range(0, K, BLOCK_K):
         k_mask = offs_k + k0 < K
         x = tl.load(x_ptrs, mask=m_mask[:, None] & k_mask[None, :], other=0.0)

@@ -10,9 +10,10 @@ One kernel, two ways to find keys and values:
 
 Queries sit at the end of their sequence: query j of a sequence with q_len new
 tokens and kv_len keys is at position kv_len - q_len + j and sees keys at
-positions up to it. Each program takes BLOCK_M queries of one head and streams
-the keys in BLOCK_N tiles with an online softmax (exp2, scale folded with
-log2(e)). Import this module only after `prepare_triton` (see the package doc).
+positions up to it. Each program takes a few queries of every query head that
+shares one kv head (GQA), so each key tile it loads serves the whole group, and
+streams the keys in BLOCK_N tiles with an online softmax (exp2, scale folded
+with log2(e)). Import this module only after `prepare_triton` (see the package doc).
 """
 
 from __future__ import annotations
@@ -36,20 +37,21 @@ def _prefill_kernel(
     stride_vb, stride_vt, stride_vh,
     stride_bt, block_size,
     GROUP: tl.constexpr,
+    GROUP_PAD: tl.constexpr,
     HEAD_DIM: tl.constexpr,
     BLOCK_D: tl.constexpr,
-    BLOCK_M: tl.constexpr,
+    BLOCK_Q: tl.constexpr,
     BLOCK_N: tl.constexpr,
     PAGED: tl.constexpr,
     UPCAST: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
 ):  # fmt: skip
-    m_block = tl.program_id(0)
-    head = tl.program_id(1)
+    q_block = tl.program_id(0)
+    kv_head = tl.program_id(1)
     seq = tl.program_id(2)
     q_start = tl.load(cu_q + seq)
     q_len = tl.load(cu_q + seq + 1) - q_start
-    if m_block * BLOCK_M >= q_len:
+    if q_block * BLOCK_Q >= q_len:
         return
     if PAGED:
         kv_len = tl.load(kv_lens + seq)
@@ -58,23 +60,27 @@ def _prefill_kernel(
         kv_start = tl.load(cu_kv + seq)
         kv_len = tl.load(cu_kv + seq + 1) - kv_start
     context_len = kv_len - q_len
-    kv_head = head // GROUP
 
-    offs_m = m_block * BLOCK_M + tl.arange(0, BLOCK_M)
+    # Row r of the tile is query q_block * BLOCK_Q + r // GROUP_PAD of head r % GROUP_PAD
+    # in this kv head's group: every key tile loaded serves the whole group.
+    rows = tl.arange(0, BLOCK_Q * GROUP_PAD)
+    q_idx = q_block * BLOCK_Q + rows // GROUP_PAD
+    head = kv_head * GROUP + rows % GROUP_PAD
     offs_d = tl.arange(0, BLOCK_D)
-    m_mask = offs_m < q_len
+    row_mask = (q_idx < q_len) & (rows % GROUP_PAD < GROUP)
     d_mask = offs_d < HEAD_DIM
-    q_ptrs = Q + (q_start + offs_m)[:, None].to(tl.int64) * stride_qt + head * stride_qh
-    q = tl.load(q_ptrs + offs_d[None, :], mask=m_mask[:, None] & d_mask[None, :], other=0.0)
+    io_mask = row_mask[:, None] & d_mask[None, :]
+    q_ptrs = Q + (q_start + q_idx)[:, None].to(tl.int64) * stride_qt + head[:, None] * stride_qh
+    q = tl.load(q_ptrs + offs_d[None, :], mask=io_mask, other=0.0)
     if UPCAST:
         q = q.to(tl.float32)
     # Padding rows act as the last query, so no row sees only masked keys (no NaN).
-    q_pos = context_len + tl.minimum(offs_m, q_len - 1)
+    q_pos = context_len + tl.minimum(q_idx, q_len - 1)
 
-    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
-    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
-    acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
-    kv_end = tl.minimum(kv_len, context_len + (m_block + 1) * BLOCK_M)  # causal bound
+    m_i = tl.full([BLOCK_Q * GROUP_PAD], float("-inf"), dtype=tl.float32)
+    l_i = tl.full([BLOCK_Q * GROUP_PAD], 0.0, dtype=tl.float32)
+    acc = tl.full([BLOCK_Q * GROUP_PAD, BLOCK_D], 0.0, dtype=tl.float32)
+    kv_end = tl.minimum(kv_len, context_len + (q_block + 1) * BLOCK_Q)  # causal bound
     for start_n in range(0, kv_end, BLOCK_N):
         offs_n = start_n + tl.arange(0, BLOCK_N)
         n_mask = offs_n < kv_len
@@ -109,23 +115,19 @@ def _prefill_kernel(
         m_i = m_new
 
     out = acc / l_i[:, None]
-    o_ptrs = Out + (q_start + offs_m)[:, None].to(tl.int64) * stride_ot + head * stride_oh
-    tl.store(
-        o_ptrs + offs_d[None, :],
-        out.to(Out.dtype.element_ty),
-        mask=m_mask[:, None] & d_mask[None, :],
-    )
+    o_ptrs = Out + (q_start + q_idx)[:, None].to(tl.int64) * stride_ot + head[:, None] * stride_oh
+    tl.store(o_ptrs + offs_d[None, :], out.to(Out.dtype.element_ty), mask=io_mask)
 
 
 def _block_sizes(head_dim: int, on_cuda: bool) -> tuple[int, int, int, int]:
-    """(BLOCK_M, BLOCK_N, num_warps, num_stages).
+    """(BLOCK_M rows = queries x padded group, BLOCK_N keys, num_warps, num_stages).
 
     On CUDA: 64x64 tiles, halving the key tile for wide heads to stay within
-    registers. The interpreter runs every program as numpy ops, so its cost is
-    the number of tile steps: small tiles fit the short test sequences.
+    registers. The interpreter pays per operation and per program, whatever the
+    tile size, so it takes the same large tiles.
     """
     if not on_cuda:
-        return 32, 32, 1, 1
+        return 64, 64, 1, 1
     if head_dim <= 64:
         return 64, 64, 4, 3
     return 64, 32, 4, 2
@@ -143,8 +145,11 @@ def _launch(q, k, v, cu_q, kv_lens, cu_kv, block_tables, block_size, max_q_len, 
         q = q.contiguous()
     out = output_buffer(q.shape, q, on_cuda)
     block_m, block_n, num_warps, num_stages = _block_sizes(head_dim, on_cuda)
+    group = num_heads // num_kv_heads
+    group_pad = triton.next_power_of_2(group)
+    block_q = max(1, block_m // group_pad)
     num_seqs = cu_q.numel() - 1
-    grid = (triton.cdiv(max_q_len, block_m), num_heads, num_seqs)
+    grid = (triton.cdiv(max_q_len, block_q), num_kv_heads, num_seqs)
     if paged:
         kv_strides = (k.stride(0), k.stride(1), k.stride(2), v.stride(0), v.stride(1), v.stride(2))
     else:
@@ -156,10 +161,11 @@ def _launch(q, k, v, cu_q, kv_lens, cu_kv, block_tables, block_size, max_q_len, 
         q.stride(0), q.stride(1), out.stride(0), out.stride(1),
         *kv_strides,
         block_tables.stride(0), block_size,
-        GROUP=num_heads // num_kv_heads,
+        GROUP=group,
+        GROUP_PAD=group_pad,
         HEAD_DIM=head_dim,
         BLOCK_D=triton.next_power_of_2(head_dim),
-        BLOCK_M=block_m,
+        BLOCK_Q=block_q,
         BLOCK_N=block_n,
         PAGED=paged,
         UPCAST=not on_cuda or q.dtype == torch.float32,
