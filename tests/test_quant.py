@@ -125,6 +125,18 @@ def test_fp8_linear_within_e4m3_rounding_of_float(dtype):
     assert ((y - exact).abs() <= slack).all()
 
 
+@pytest.mark.parametrize("fmt", ["int8", "fp8"])
+def test_column_major_float_weights_quantize_to_the_same_row_major_codes(fmt):
+    # The model stores CPU weights transposed in memory (strides (1, out)) for faster GEMV.
+    weight = make_linear(64, 48).weight.detach()
+    column_major = weight.t().contiguous().t()
+    cls = get_weight_format(fmt)
+    a, b = cls.from_weight(weight), cls.from_weight(column_major)
+    assert b.weight_q.is_contiguous() and torch.equal(a.weight_q, b.weight_q)
+    x = torch.randn(3, 64).bfloat16()
+    torch.testing.assert_close(a.to(torch.bfloat16)(x), b.to(torch.bfloat16)(x), rtol=0, atol=0)
+
+
 def test_model_to_dtype_casts_scales_but_never_codes():
     for cls in (Int8Linear, Fp8Linear):
         layer = cls.from_weight(make_linear(32, 16).weight)

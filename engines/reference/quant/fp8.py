@@ -41,7 +41,7 @@ class Fp8Linear(QuantizedLinear):
     def quantize(cls, weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         scale = symmetric_row_scale(weight, FP8_MAX)
         codes = (weight.float() / scale.float()[:, None]).clamp(-FP8_MAX, FP8_MAX)
-        return codes.to(torch.float8_e4m3fn).view(torch.uint8), scale
+        return codes.to(torch.float8_e4m3fn).view(torch.uint8).contiguous(), scale
 
     def dequantized_weight(self, dtype: torch.dtype) -> torch.Tensor:
         """The full weight `[out, in]` in `dtype` (scales applied)."""

@@ -24,7 +24,8 @@ class Int8Linear(QuantizedLinear):
     def quantize(cls, weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         scale = symmetric_row_scale(weight, INT8_MAX_CODE)
         codes = torch.round(weight.float() / scale.float()[:, None])
-        return codes.clamp(-INT8_MAX_CODE, INT8_MAX_CODE).to(torch.int8), scale
+        # Row-major whatever the float weight's layout: the fused kernels read rows.
+        return codes.clamp(-INT8_MAX_CODE, INT8_MAX_CODE).to(torch.int8).contiguous(), scale
 
     def matmul(self, x: torch.Tensor) -> torch.Tensor:
         scale = self.scale.to(x.dtype)
