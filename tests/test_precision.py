@@ -126,16 +126,20 @@ def test_float_precisions_leave_the_model_alone(name):
     assert weight_bytes(model) == cfg.num_params() * PRECISIONS[name].cpu_dtype.itemsize
 
 
-@pytest.mark.parametrize("name,cls", [("int8", Int8Linear), ("fp8", Fp8Linear)])
-@pytest.mark.parametrize("preset", ["tiny", "qwen2.5-0.5b"])
-def test_quantize_model_swaps_every_linear_and_the_embedding(name, cls, preset):
+@pytest.mark.parametrize(
+    "name,cls,table_cls", [("int8", Int8Linear, Int8Linear), ("fp8", Fp8Linear, Int8Linear)]
+)
+@pytest.mark.parametrize("preset", ["tiny", "qwen2.5-0.5b"])  # untied and tied
+def test_quantize_model_swaps_every_linear_and_the_embedding(name, cls, table_cls, preset):
     cfg = get_preset(preset)
     model = skeleton(cfg, torch.bfloat16)
     quantize_model(model, name)
     layer = model.model.layers[0]
     swapped = [layer.self_attn.qkv_proj, layer.self_attn.o_proj, layer.mlp.gate_up_proj]
-    assert all(type(m) is cls for m in [*swapped, layer.mlp.down_proj, model.lm_head])
+    assert all(type(m) is cls for m in [*swapped, layer.mlp.down_proj])
+    assert type(model.lm_head) is table_cls
     assert isinstance(model.model.embed_tokens, QuantizedEmbedding)
+    assert type(model.model.embed_tokens.table) is table_cls
     assert not any(type(m) is nn.Linear for m in model.modules())
     assert weight_bytes(model) == quantized_bytes_by_hand(cfg, code_bytes=1, scale_bytes=2)
 

@@ -174,6 +174,15 @@ def test_tied_embedding_and_lm_head_share_one_quantized_table(fmt):
     torch.testing.assert_close(model.lm_head(h), h @ model.embed_tokens(torch.arange(50)).T)
 
 
+def test_token_tables_take_their_own_format_tied_or_not():
+    model = TiedLM(vocab=50, hidden=32)
+    model.lm_head = nn.Linear(32, 50, bias=False)  # untied: found by its name
+    quantize_modules(model, Fp8Linear, table_cls=Int8Linear)
+    assert type(model.proj) is Fp8Linear
+    assert type(model.lm_head) is Int8Linear and type(model.embed_tokens.table) is Int8Linear
+    assert model.embed_tokens.table is not model.lm_head
+
+
 def test_quantize_modules_refuses_a_tied_head_with_its_own_bias():
     model = TiedLM(vocab=50, hidden=32)
     model.lm_head.bias = nn.Parameter(torch.zeros(50))

@@ -26,27 +26,37 @@ def get_weight_format(name: str) -> type[QuantizedLinear]:
     return getattr(importlib.import_module(module_name), class_name)
 
 
-def quantize_modules(model: nn.Module, linear_cls: type[QuantizedLinear]) -> None:
-    """Replace every `nn.Linear` and `nn.Embedding` of `model` by `linear_cls` layers.
+def quantize_modules(
+    model: nn.Module,
+    linear_cls: type[QuantizedLinear],
+    table_cls: type[QuantizedLinear] | None = None,
+) -> None:
+    """Replace every `nn.Linear` and `nn.Embedding` of `model` by quantized layers.
 
-    A Linear whose weight *is* an embedding's weight (tied LM head) becomes the
-    very table the embedding reads, so the weight is quantized and stored once.
+    Token tables, the embedding and the LM head (the Linear named `lm_head` or
+    sharing an embedding's weight), take `table_cls` (default `linear_cls`); the
+    other Linears `linear_cls`. A tied LM head becomes the very table the
+    embedding reads, so the weight is quantized and stored once.
     """
-    tables: dict[int, QuantizedLinear] = {}
+    table_cls = table_cls or linear_cls
+    embedding_weights = {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
+    quantized: dict[int, QuantizedLinear] = {}
 
-    def table_for(weight: nn.Parameter, bias: nn.Parameter | None = None) -> QuantizedLinear:
-        if id(weight) not in tables:
-            tables[id(weight)] = linear_cls.from_weight(weight, bias)
-        elif bias is not None and tables[id(weight)].bias is not bias:
+    def quantize(cls, weight: nn.Parameter, bias: nn.Parameter | None = None) -> QuantizedLinear:
+        if id(weight) not in quantized:
+            quantized[id(weight)] = cls.from_weight(weight, bias)
+        elif bias is not None and quantized[id(weight)].bias is not bias:
             raise ValueError("a Linear sharing its weight with another layer has its own bias")
-        return tables[id(weight)]
+        return quantized[id(weight)]
 
     for parent in list(model.modules()):
         for name, child in list(parent.named_children()):
             if isinstance(child, nn.Embedding):
-                setattr(parent, name, QuantizedEmbedding(table_for(child.weight)))
+                setattr(parent, name, QuantizedEmbedding(quantize(table_cls, child.weight)))
             elif isinstance(child, nn.Linear):
-                setattr(parent, name, table_for(child.weight, child.bias))
+                is_table = name == "lm_head" or id(child.weight) in embedding_weights
+                cls = table_cls if is_table else linear_cls
+                setattr(parent, name, quantize(cls, child.weight, child.bias))
 
 
 __all__ = [
