@@ -63,31 +63,38 @@ def test_linear_layer(benchmark, layer, phase):
     assert all(torch.isfinite(o).all() for o in outs)
 
 
-def decode_stack(preset: str, name: str) -> tuple[nn.ModuleList, torch.dtype]:
-    """Every matmul of a decode step on `preset`: all layers and the (tied) LM head."""
+def decode_stack(preset: str, name: str) -> tuple[list[nn.Module], torch.dtype]:
+    """Every matmul of a decode step on `preset`: all layers', then the LM head (named so,
+    since precisions may store the token table in its own format)."""
     cfg = get_preset(preset)
     dtype = get_precision(name).compute_dtype(DEVICE)
-    shapes = layer_shapes(preset) * cfg.num_hidden_layers + [(cfg.hidden_size, cfg.vocab_size)]
     gen = torch.Generator(device=DEVICE).manual_seed(0)
-    linears = nn.ModuleList()
-    for k, n in shapes:
-        linear = nn.Linear(k, n, bias=False, device="meta")
+
+    def linear(k: int, n: int) -> nn.Linear:
+        layer = nn.Linear(k, n, bias=False, device="meta")
         weight = torch.randn(n, k, generator=gen, device=DEVICE, dtype=dtype) * k**-0.5
-        linear.weight = nn.Parameter(weight, requires_grad=False)
-        linears.append(linear)
-    quantize_model(linears, name)
-    return linears, dtype
+        layer.weight = nn.Parameter(weight, requires_grad=False)
+        return layer
+
+    stack = nn.Module()
+    stack.layers = nn.ModuleList(
+        linear(k, n) for k, n in layer_shapes(preset) * cfg.num_hidden_layers
+    )
+    stack.lm_head = linear(cfg.hidden_size, cfg.vocab_size)
+    quantize_model(stack, name)
+    return [*stack.layers, stack.lm_head], dtype
 
 
 @pytest.mark.slow
 def test_int8_decode_matmuls_not_slower_than_bf16_on_the_0_5b_preset():
     """Batch-1 decode, every matmul of qwen2.5-0.5b (494M weights), precisions interleaved
-    round by round so that a noisy neighbour slows all of them alike; medians compared.
-    Run with `-m slow -s` to see the times."""
+    round by round. Compared on the fastest round: on a shared machine other processes
+    only ever add time, and they stall multi-threaded bf16 kernels (thread barriers)
+    far more than they stall others. Run with `-m slow -s` to see min and median."""
     import statistics
     import time
 
-    stacks = {name: decode_stack("qwen2.5-0.5b", name) for name in ("fp32", "bf16", "int8")}
+    stacks = {name: decode_stack("qwen2.5-0.5b", name) for name in ("fp32", "bf16", "int8", "fp8")}
     times: dict[str, list[float]] = {name: [] for name in stacks}
     for _ in range(9):
         for name, (linears, dtype) in stacks.items():
@@ -101,6 +108,10 @@ def test_int8_decode_matmuls_not_slower_than_bf16_on_the_0_5b_preset():
             if ON_CUDA:
                 torch.cuda.synchronize()
             times[name].append(time.perf_counter() - start)
-    median_s = {name: statistics.median(t[1:]) for name, t in times.items()}
-    print({name: f"{t * 1e3:.1f} ms" for name, t in median_s.items()})
-    assert median_s["int8"] <= 1.10 * median_s["bf16"]
+    min_s = {name: min(t[1:]) for name, t in times.items()}
+    for name, t in times.items():
+        print(
+            f"{name}: min {min_s[name] * 1e3:.1f} ms, median {statistics.median(t[1:]) * 1e3:.1f} ms"
+        )
+    print(f"int8/bf16 = {min_s['int8'] / min_s['bf16']:.2f}")
+    assert min_s["int8"] <= 1.10 * min_s["bf16"]
