@@ -16,6 +16,7 @@ mix.
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 
@@ -40,24 +41,26 @@ def prepare_triton(device: torch.device) -> None:
     imported without it (its kernels are compiled ones, which cannot read CPU
     memory).
     """
-    if device.type != "cpu" or interpreter_enabled():
+    if device.type != "cpu":
         return
-    if "TRITON_INTERPRET" in os.environ:
-        raise RuntimeError(
-            f"Triton kernels on CPU need TRITON_INTERPRET=1, but it is set to "
-            f"{os.environ['TRITON_INTERPRET']!r}; unset it or set it to 1"
-        )
-    imported = [name for name in KERNEL_MODULES if name in sys.modules]
-    if imported:
-        raise RuntimeError(
-            f"Triton kernels were imported compiled ({', '.join(imported)}) and cannot run "
-            "on CPU tensors; set TRITON_INTERPRET=1 before the first kernel launch"
-        )
-    os.environ["TRITON_INTERPRET"] = "1"
+    if not interpreter_enabled():
+        if "TRITON_INTERPRET" in os.environ:
+            raise RuntimeError(
+                f"Triton kernels on CPU need TRITON_INTERPRET=1, but it is set to "
+                f"{os.environ['TRITON_INTERPRET']!r}; unset it or set it to 1"
+            )
+        imported = [name for name in KERNEL_MODULES if name in sys.modules]
+        if imported:
+            raise RuntimeError(
+                f"Triton kernels were imported compiled ({', '.join(imported)}) and cannot "
+                "run on CPU tensors; set TRITON_INTERPRET=1 before the first kernel launch"
+            )
+        os.environ["TRITON_INTERPRET"] = "1"
     if "triton.language" in sys.modules:
         _interpret_language_helpers()
 
 
+@functools.cache
 def _interpret_language_helpers() -> None:
     """Swap triton.language's compiled `@jit` helpers for interpreted ones, in every
     module that holds them, keeping one object per helper: the interpreter spots

@@ -4,7 +4,7 @@ Split-KV (flash-decoding): a batch of a few long sequences has too few
 (sequence, kv head) pairs to fill a GPU, so each sequence's keys are cut into
 `num_splits` ranges handled by separate programs. Each writes its partial output,
 already normalised, and the log2-sum-exp of its scores; a second kernel merges
-the splits. A program serves all query heads of one kv head (GQA), so every
+the splits (with a single split the first kernel writes the answer). A program serves all query heads of one kv head (GQA), so every
 key it loads is used `group` times; the group is padded to 16 rows, the
 smallest `tl.dot` the compiler takes. Import this module only after
 `prepare_triton` (see the package doc).
@@ -178,6 +178,8 @@ def paged_decode_attention(
         raise ValueError(
             f"query heads ({num_heads}) must be a multiple of kv heads ({num_kv_heads})"
         )
+    if k_cache.stride(-1) != 1 or v_cache.stride(-1) != 1:
+        raise ValueError("the KV cache's head_dim must be its innermost, contiguous dimension")
     if q.stride(-1) != 1:
         q = q.contiguous()
     group = num_heads // num_kv_heads

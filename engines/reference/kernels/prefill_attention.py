@@ -141,6 +141,8 @@ def _launch(q, k, v, cu_q, kv_lens, cu_kv, block_tables, block_size, max_q_len, 
         raise ValueError(
             f"query heads ({num_heads}) must be a multiple of kv heads ({num_kv_heads})"
         )
+    if k.stride(-1) != 1 or v.stride(-1) != 1:
+        raise ValueError("the KV cache's head_dim must be its innermost, contiguous dimension")
     if q.stride(-1) != 1:
         q = q.contiguous()
     out = output_buffer(q.shape, q, on_cuda)
