@@ -15,9 +15,8 @@ from engines.reference.quant import (
 from engines.reference.quant.fp8 import FP8_MAX, Fp8Linear, e4m3_bits_to_fp16
 from engines.reference.quant.int8 import Int8Linear
 
-prepare_triton(torch.device("cpu"))
-
-from engines.reference.kernels.int8_matmul import int8_weight_matmul  # noqa: E402
+# The Triton int8 kernel: compiled where CUDA is present, interpreted on CPU.
+KERNEL_DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
 def make_linear(in_features: int, out_features: int, bias: bool = True, seed: int = 0) -> nn.Linear:
@@ -81,11 +80,15 @@ def test_int8_bf16_width_not_multiple_of_16_avoids_the_fused_op():
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
 def test_triton_int8_weight_matmul_matches_dequantized_product(dtype):
+    prepare_triton(KERNEL_DEVICE)
+    from engines.reference.kernels.int8_matmul import int8_weight_matmul
+
     gen = torch.Generator().manual_seed(3)
     x = torch.randn(19, 70, generator=gen).to(dtype)  # K and N not multiples of the tiles
     codes = torch.randint(-127, 128, (45, 70), generator=gen, dtype=torch.int8)
     scale = (torch.rand(45, generator=gen) * 0.01).to(dtype)
-    y = int8_weight_matmul(x, codes, scale)
+    y = int8_weight_matmul(x.to(KERNEL_DEVICE), codes.to(KERNEL_DEVICE), scale.to(KERNEL_DEVICE))
+    y = y.cpu()
     expected = (x.float() @ codes.float().T) * scale.float()
     assert y.dtype == dtype
     rel = {torch.float32: 1e-6, torch.float16: 2.0**-11, torch.bfloat16: 2.0**-8}[dtype]

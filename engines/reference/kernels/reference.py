@@ -36,8 +36,8 @@ def causal_attention(
     k = k.float().repeat_interleave(group, dim=1)
     v = v.float().repeat_interleave(group, dim=1)
     scores = torch.einsum("qhd,khd->hqk", q.float(), k) * scale
-    q_pos = torch.arange(kv_len - q_len, kv_len).unsqueeze(1)
-    visible = torch.arange(kv_len).unsqueeze(0) <= q_pos
+    q_pos = torch.arange(kv_len - q_len, kv_len, device=q.device).unsqueeze(1)
+    visible = torch.arange(kv_len, device=q.device).unsqueeze(0) <= q_pos
     scores = scores.masked_fill(~visible, float("-inf"))
     return torch.einsum("hqk,khd->qhd", scores.softmax(dim=-1), v)
 
