@@ -113,6 +113,8 @@ def check_job(overrides: list[str], config_name: str = CONFIG_NAME) -> None:
     except (HydraException, OmegaConfBaseException) as err:
         raise UsageError(describe_hydra_error(err)) from None
     check_inputs(config.scenario)
+    if config.model.path is not None and not Path(config.model.path).expanduser().is_dir():
+        raise UsageError(f"model.path={config.model.path!r}: no such checkpoint folder")
 
 
 def _check_group_choice(override, loader) -> None:

@@ -92,7 +92,7 @@ def build(run: Run) -> None:
         run.engine = build_engine(engine_cfg.name, **engine_cfg.options(run.config.model))
     except ImportError as err:
         raise UsageError(f"engine={engine_cfg.name!r} is not available here: {err}") from None
-    except ValueError as err:  # the engine rejected an option
+    except (ValueError, OSError) as err:  # the engine rejected an option, or a file
         raise UsageError(f"engine={engine_cfg.name!r}: {err}") from None
     run.workload = Workload(run.config.scenario, run.engine.tokenizer or ByteTokenizer())
 

@@ -58,6 +58,10 @@ BAD_INPUTS = {
         ["scenario=trace", "scenario.arrival.trace_path=corrupt.jsonl"],
         ["scenario.arrival.trace_path", "corrupt.jsonl line 2", "JSON"],
     ),
+    "missing checkpoint folder": (
+        ["model.path=no/such/checkpoint"],
+        ["model.path='no/such/checkpoint'", "no such checkpoint folder"],
+    ),
     "bad job in a sweep": (
         ["-m", "scenario.arrival.rate_rps=2,-1"],
         ["scenario.arrival.rate_rps=-1.0", "> 0"],
@@ -73,6 +77,23 @@ def bad_input_results(tmp_path_factory):
     procs = {name: llmperf(*args, cwd=cwd) for name, (args, _) in BAD_INPUTS.items()}
     results = {name: (proc.wait(timeout=120), *proc.communicate()) for name, proc in procs.items()}
     return cwd, results
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["engine.attention=foo"], ["attention backend 'foo'", "valid:", "sdpa", "triton"]),
+        (["engine.precision=int3"], ["precision 'int3'", "valid:", "int8", "fp8"]),
+        (["engine.tp=3"], ["tp=3", "num_attention_heads"]),
+    ],
+)
+def test_an_engine_option_the_engine_refuses_gives_one_line_and_exit_2(tmp_path, args, words):
+    proc = llmperf(*args, "scenario.num_requests=2", cwd=tmp_path)
+    returncode = proc.wait(timeout=120)
+    _, stderr = proc.communicate()
+    lines = stderr.strip().splitlines()
+    assert returncode == 2 and len(lines) == 1, stderr
+    assert all(w in lines[0] for w in words)
 
 
 @pytest.mark.parametrize("name", BAD_INPUTS)
