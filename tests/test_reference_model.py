@@ -83,9 +83,9 @@ def test_kv_cached_logits_equal_full_forward_logits():
     prompt = list(range(40, 77))
     full = eng.logits(prompt)
     # Chunks of 8 tokens each read the earlier chunks from the cache; the last logits must agree.
+    from engines.base import SamplingParams
     from engines.reference.scheduler import ScheduledSeq
     from engines.reference.sequence import Sequence
-    from engines.base import SamplingParams
 
     seq = Sequence("s", prompt, 1, SamplingParams())
     eng.kv.admit(seq)

@@ -17,10 +17,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
-
-from engines.base import Request, SamplingParams, StepStat, TokenEvent
 import torch.distributed as dist
 
+from engines.base import Request, SamplingParams, StepStat, TokenEvent
 from engines.reference.attention import AttentionBackend, get_backend
 from engines.reference.config import ModelConfig
 from engines.reference.kv_cache import blocks_for, build_kv_cache
@@ -29,7 +28,7 @@ from engines.reference.model_runner import ModelRunner
 from engines.reference.precision import Precision, get_precision, quantize_model, weight_bytes
 from engines.reference.sampling import sample
 from engines.reference.scheduler import SchedulerOptions, build_scheduler
-from engines.reference.sequence import Sequence, SeqStatus
+from engines.reference.sequence import SeqStatus, Sequence
 from engines.reference.tokenizer import load_tokenizer
 from engines.reference.tp import (
     broadcast_step,

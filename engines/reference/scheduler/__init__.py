@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from engines.reference.scheduler.base import ScheduledSeq, Scheduler, SchedulerOptions, SchedulerOutput
+from engines.reference.scheduler.base import (
+    ScheduledSeq,
+    Scheduler,
+    SchedulerOptions,
+    SchedulerOutput,
+)
 from engines.reference.scheduler.chunked import ChunkedPrefillScheduler
 from engines.reference.scheduler.continuous import ContinuousScheduler
 from engines.reference.scheduler.dynamic import DynamicScheduler

@@ -14,7 +14,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from engines.reference.kv_cache import KVCache
-from engines.reference.sequence import Sequence, SeqStatus
+from engines.reference.sequence import SeqStatus, Sequence
 
 
 @dataclass
