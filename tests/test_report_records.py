@@ -1,6 +1,7 @@
 import numpy as np
 import pytest
 
+from llmperf.metrics import STAT_KEYS, distribution
 from llmperf.report import records as rec
 
 
@@ -45,10 +46,10 @@ def test_summary_from_records_by_hand():
 
 def test_distribution_matches_numpy_and_handles_empty():
     values = [0.1, 0.2, 0.3, 0.4, 1.0]
-    d = rec.distribution(values)
+    d = distribution(values)
     assert d["p90"] == pytest.approx(np.percentile(values, 90))
     assert d["std"] == pytest.approx(np.std(values))
-    assert rec.distribution([]) == dict.fromkeys(rec.STAT_KEYS)
+    assert distribution([]) == dict.fromkeys(STAT_KEYS)
 
 
 def test_output_rate_counts_every_token_of_chunked_events():

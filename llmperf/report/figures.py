@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from llmperf.report.records import STAT_KEYS
+from llmperf.metrics import STAT_KEYS
 from llmperf.report.units import MISSING, duration, format_value, milliseconds
 
 LATENCIES = (("ttft_s", "TTFT", "time to first token, from intended arrival"),

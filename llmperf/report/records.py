@@ -15,7 +15,10 @@ from typing import Any
 
 import numpy as np
 
-STAT_KEYS = ("mean", "median", "p90", "p95", "p99", "std", "min", "max")
+from llmperf.config import SloConfig
+from llmperf.metrics import compute_metrics
+from llmperf.records import RequestRecord
+
 NICE_BIN_WIDTHS_S = (0.1, 0.2, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 15.0, 30.0, 60.0, 120.0, 300.0)
 
 
@@ -61,45 +64,13 @@ def tpots_s(records: Iterable[dict[str, Any]]) -> list[float]:
     return [t for r in records if (t := tpot_s(r)) is not None]
 
 
-def distribution(values: Sequence[float]) -> dict[str, float | None]:
-    """Mean, median, p90/p95/p99 (linear interpolation), std (population), min, max."""
-    if len(values) == 0:
-        return dict.fromkeys(STAT_KEYS)
-    a = np.asarray(values, dtype=float)
-    p50, p90, p95, p99 = np.percentile(a, [50, 90, 95, 99])
-    stats = (a.mean(), p50, p90, p95, p99, a.std(), a.min(), a.max())
-    return {k: float(v) for k, v in zip(STAT_KEYS, stats, strict=True)}
-
-
 def summary_from_records(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """The summary figures a run's records give, for a run that died before writing
-    summary.json. SLO, goodput and everything beyond the records stay out."""
-    mine = measured(records)
-    done = [r for r in mine if is_ok(r)]
-    duration = (max(r["end_s"] for r in mine) - min(r["arrival_s"] for r in mine)) if mine else 0.0
-    input_total = sum(r.get("input_tokens", 0) for r in done)
-    output_total = sum(r.get("output_tokens", 0) for r in done)
-
-    def per_second(count: float) -> float | None:
-        return count / duration if duration > 0 else None
-
-    return {
-        "num_requests": len(mine),
-        "num_completed": len(done),
-        "num_failed": len(mine) - len(done),
-        "duration_s": duration,
-        "request_throughput_rps": per_second(len(done)),
-        "output_throughput_tps": per_second(output_total),
-        "total_throughput_tps": per_second(input_total + output_total),
-        "input_tokens_total": input_total,
-        "output_tokens_total": output_total,
-        "ttft_s": distribution(ttfts_s(done)),
-        "tpot_s": distribution(tpots_s(done)),
-        "itl_s": distribution(itl_s(done)),
-        "e2e_s": distribution([e2e_s(r) for r in done]),
-        "dispatch_lag_s": distribution([r["dispatch_s"] - r["arrival_s"] for r in mine
-                                        if r.get("dispatch_s") is not None]),
-    }
+    summary.json: the harness's own metrics, without SLO figures (the targets are unknown)."""
+    figures = compute_metrics([RequestRecord.from_dict(r) for r in records], SloConfig(None, None, None))
+    for key in ("slo", "num_slo_met", "goodput_rps", "slo_attainment"):
+        figures.pop(key)
+    return figures
 
 
 def bin_width_s(span_s: float, target_bins: int = 60) -> float:
