@@ -116,11 +116,12 @@ def test_openai_client_streams_chat_over_the_default_template(served, client):
         stream_options={"include_usage": True},
         extra_body={"ignore_eos": True},
     )
-    chunks = list(stream)
-    assert chunks[0].choices[0].delta.role == "assistant"
-    assert "".join(c.choices[0].delta.content for c in chunks[:-1]) == expected.text
-    assert chunks[-2].choices[0].finish_reason == "length"
-    assert chunks[-1].usage.prompt_tokens == len(prompt.encode())
+    role, *tokens, usage = list(stream)
+    assert (role.choices[0].delta.role, role.choices[0].delta.content) == ("assistant", "")
+    assert len(tokens) == 4
+    assert "".join(c.choices[0].delta.content for c in tokens) == expected.text
+    assert [c.choices[0].finish_reason for c in tokens] == [None, None, None, "length"]
+    assert usage.usage.prompt_tokens == len(prompt.encode())
     whole = client.chat.completions.create(model="tiny", messages=messages, max_tokens=4, temperature=0, extra_body={"ignore_eos": True})
     assert whole.choices[0].message.content == expected.text
     assert whole.choices[0].message.role == "assistant"

@@ -134,7 +134,7 @@ class OpenAIServer:
         try:
             try:
                 async for text, finish_reason in pieces:
-                    yield sse(shapes.chunk(text, finish_reason))
+                    yield b"".join(sse(c) for c in shapes.chunks(text, finish_reason))
                 if spec.include_usage:
                     yield sse(shapes.usage_chunk(served.num_prompt_tokens, served.num_output_tokens))
             except OpenAIError as err:  # after the 200 headers: the error travels as an event

@@ -262,17 +262,23 @@ class ResponseShapes:
         self.created = int(time.time())
         self._role_sent = False
 
-    def chunk(self, text: str, finish_reason: str | None) -> dict[str, Any]:
-        if self.spec.endpoint == "chat":
-            delta = {"content": text}  # always: each chunk is a token, even one without text
-            if not self._role_sent:  # the role rides on the first token, not ahead of it
-                delta = {"role": "assistant", "content": text}
-                self._role_sent = True
-            choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
-            obj = "chat.completion.chunk"
-        else:
+    def chunks(self, text: str, finish_reason: str | None) -> list[dict[str, Any]]:
+        """The chunks for one token. Chat opens, as OpenAI does, with a chunk announcing the
+        role; it is sent with the first token, so it cannot pass for an early first token."""
+        if self.spec.endpoint != "chat":
             choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason}
-            obj = "text_completion"
+            return [self._chunk("text_completion", choice)]
+        out = []
+        if not self._role_sent:
+            self._role_sent = True
+            role = {"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}
+            out.append(self._chunk("chat.completion.chunk", role))
+        # "content" always: each chunk is a token, even one without text
+        choice = {"index": 0, "delta": {"content": text}, "logprobs": None, "finish_reason": finish_reason}
+        out.append(self._chunk("chat.completion.chunk", choice))
+        return out
+
+    def _chunk(self, obj: str, choice: dict[str, Any]) -> dict[str, Any]:
         out = {"id": self.id, "object": obj, "created": self.created, "model": self.spec.model, "choices": [choice]}
         if self.spec.include_usage:
             out["usage"] = None
