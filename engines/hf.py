@@ -338,7 +338,7 @@ class TimedStreamer(BaseStreamer):
         self.engine._on_tokens(batch, value.tolist(), now)
 
     def end(self) -> None:
-        pass
+        """Nothing held back: put() delivered every token."""
 
 
 class BatchStop(StoppingCriteria):

@@ -187,9 +187,10 @@ class OpenAIEngine:
         except asyncio.CancelledError:
             deliver(state.end(time.perf_counter(), "abort", "the engine stopped"))
             raise
-        except (asyncio.TimeoutError, httpx.TimeoutException) as err:
-            reason = f"timed out after {self.request_timeout_s} s" if isinstance(err, asyncio.TimeoutError) else None
-            final = state.end(time.perf_counter(), "error", reason or f"timeout: {type(err).__name__}: {err}")
+        except asyncio.TimeoutError:
+            final = state.end(time.perf_counter(), "error", f"timed out after {self.request_timeout_s} s")
+        except httpx.TimeoutException as err:  # connect_timeout_s, or no byte for request_timeout_s
+            final = state.end(time.perf_counter(), "error", f"timeout: {type(err).__name__}: {err}")
         except httpx.HTTPError as err:
             final = state.end(time.perf_counter(), "error", f"connection failed: {type(err).__name__}: {err}")
         except ServerError as err:

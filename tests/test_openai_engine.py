@@ -91,6 +91,26 @@ def test_streams_the_requested_token_count_with_a_time_per_chunk(served):
         assert row["last_token_s"] <= chunks[-1].time_s
 
 
+def test_200_concurrent_streams_finish_without_errors_or_leftover_tasks(served):
+    running, _, _ = served
+    engine = OpenAIEngine(model="tiny", base_url=running.base_url, prompt_format="token_ids")
+    requests = [Request(id=f"c{i}", max_tokens=2, prompt_token_ids=[3 + i, 4, 5], sampling=GREEDY_EXACT) for i in range(200)]
+
+    async def run_all():
+        async def one(request):
+            return [event async for event in engine.stream(request)]
+
+        results = await asyncio.gather(*(one(r) for r in requests))
+        return results, asyncio.all_tasks() - {asyncio.current_task()}
+
+    try:
+        results, leftover = asyncio.run(run_all())
+        assert not leftover and not engine._tasks  # nothing left on either loop
+    finally:
+        engine.stop()
+    assert [(len(events), events[-1].finish_reason, events[-1].num_output_tokens) for events in results] == [(3, "length", 2)] * 200
+
+
 def test_text_prompts_and_the_chat_endpoint(served):
     running, server, _ = served
     text = "the quick brown fox"

@@ -104,7 +104,7 @@ class OpenAIServer:
     # -- generation ------------------------------------------------------------------------
 
     async def _generate(self, http: HTTPRequest, endpoint: str) -> Response:
-        arrival_s = time.perf_counter()
+        arrival_s, arrival_unix_s = time.perf_counter(), time.time()
         self._authorize(http)
         body = parse_body(await http.body())
         try:
@@ -119,6 +119,7 @@ class OpenAIServer:
             id=f"{prefix}-{uuid.uuid4().hex}",
             endpoint=endpoint,
             arrival_s=arrival_s,
+            arrival_unix_s=arrival_unix_s,
             client_request_id=http.headers.get("x-request-id"),
             num_prompt_tokens=len(spec.prompt_token_ids),
         )

@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import bisect
 import json
-import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -30,7 +29,7 @@ class ServedRequest:
     id: str
     endpoint: str
     arrival_s: float
-    arrival_unix_s: float = field(default_factory=time.time)
+    arrival_unix_s: float
     client_request_id: str | None = None  # the X-Request-Id header, to join with client records
     scheduled_s: float | None = None
     first_token_s: float | None = None
