@@ -114,6 +114,10 @@ class HFEngine:
         self._thread = threading.Thread(target=self._loop, name="hf-engine", daemon=True)
         self._thread.start()
 
+    def is_alive(self) -> bool:
+        """False once the generate thread has died (requests would wait forever)."""
+        return self._thread is None or self._thread.is_alive()
+
     def stop(self) -> None:
         with self._cond:
             self._running = False
@@ -374,7 +378,7 @@ def build_hf_model(
     reference engine's seeded weights (same seed, dtype and device give the same tensors)."""
     if checkpoint is not None:
         model = AutoModelForCausalLM.from_pretrained(checkpoint, dtype=dtype, attn_implementation=attn_implementation)
-        return model.to(device).eval()
+        return _without_generation_defaults(model.to(device).eval())
     reference = materialize(build_meta_model(config, max_positions), None, dtype, device, seed)
     state = {k: v for k, v in reference.state_dict().items() if not k.startswith("rotary")}
     hf_dict = config.to_hf_dict()
@@ -384,4 +388,12 @@ def build_hf_model(
     model.load_state_dict(state, assign=True, strict=True)
     rotary = model.model.rotary_emb  # its frequency buffers are not weights: compute them for real
     model.model.rotary_emb = type(rotary)(config=hf_config).to(device)
-    return model.eval().requires_grad_(False)
+    return _without_generation_defaults(model.eval().requires_grad_(False))
+
+
+def _without_generation_defaults(model):
+    """generate() fills every setting a call leaves unset from the model's generation config
+    (a checkpoint's temperature, repetition penalty, EOS ids): clear it, so a request's
+    sampling settings are all that apply and ignore_eos really ignores EOS."""
+    model.generation_config = GenerationConfig()
+    return model

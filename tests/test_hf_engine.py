@@ -110,6 +110,26 @@ def test_a_stop_token_ends_its_row_with_stop(hf, reference):
     assert other[-1].finish_reason == "length"
 
 
+EOS_PROMPT = [507, 75, 423, 446]  # tiny's greedy continuation reaches EOS (2) at its 7th token
+
+
+@pytest.mark.parametrize("max_batch_size", [1, 4])
+def test_eos_ends_a_row_unless_ignore_eos(reference, max_batch_size):
+    greedy = reference.generate([EOS_PROMPT, PROMPTS[0]], max_tokens=MAX_TOKENS, ignore_eos=True)
+    eos_at = greedy[0].token_ids.index(2) + 1
+    assert eos_at < MAX_TOKENS
+    engine = HFEngine(model="tiny", max_batch_size=max_batch_size, max_model_len=256)
+    engine.start()
+    try:
+        ignoring = stream_queued(engine, requests_for([EOS_PROMPT, PROMPTS[0]], [MAX_TOKENS] * 2))
+        stopping = stream_queued(engine, requests_for([EOS_PROMPT, PROMPTS[0]], [MAX_TOKENS] * 2, SamplingParams()))
+    finally:
+        engine.stop()
+    tokens = [[t for e in events for t in e.token_ids] for events in ignoring + stopping]
+    assert tokens == [greedy[0].token_ids, greedy[1].token_ids, greedy[0].token_ids[:eos_at], greedy[1].token_ids]
+    assert [events[-1].finish_reason for events in ignoring + stopping] == ["length", "length", "stop", "length"]
+
+
 def test_abort_drops_a_running_request_and_the_batch_goes_on(hf):
     async def run():
         long = Request(id="long", max_tokens=200, prompt_token_ids=[9, 9, 9], sampling=GREEDY_EXACT)

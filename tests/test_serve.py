@@ -350,3 +350,23 @@ def test_cli_bad_input_is_one_line_and_exit_2(argv, message, capsys):
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert err.startswith("llmperf-serve: error: ") and err.count("\n") == 1
+
+
+def test_a_dead_engine_fails_requests_and_health_with_503(served):
+    _, server, _ = served
+
+    class Dead:
+        """Stands in for an engine whose step thread has died."""
+
+        def __init__(self, engine):
+            self.tokenizer, self.max_model_len, self.kv = engine.tokenizer, engine.max_model_len, engine.kv
+
+        def is_alive(self) -> bool:
+            return False
+
+    dead = OpenAIServer(Dead(server.engine), "tiny")
+    with ServerThread(build_app(dead, manage_engine=False)) as running:
+        response = httpx.post(f"{running.base_url}/completions", json={"model": "tiny", "prompt": "x"})
+        assert response.status_code == 503
+        assert response.json()["error"]["message"].startswith("the engine has stopped")
+        assert httpx.get(running.base_url.removesuffix("/v1") + "/health").status_code == 503

@@ -95,6 +95,8 @@ class OpenAIServer:
         return JSONResponse({"object": "list", "data": [model]})
 
     async def health(self, http: HTTPRequest) -> Response:
+        if not engine_is_alive(self.engine):
+            return JSONResponse({"status": "engine stopped"}, status_code=503)
         return JSONResponse({"status": "ok"})
 
     async def prometheus(self, http: HTTPRequest) -> Response:
@@ -106,6 +108,8 @@ class OpenAIServer:
     async def _generate(self, http: HTTPRequest, endpoint: str) -> Response:
         arrival_s, arrival_unix_s = time.perf_counter(), time.time()
         self._authorize(http)
+        if not engine_is_alive(self.engine):
+            raise OpenAIError("the engine has stopped; see the server's log", status=503, type="server_error")
         body = parse_body(await http.body())
         try:
             if endpoint == "chat":
@@ -213,6 +217,13 @@ class OpenAIServer:
         given = http.headers.get("authorization", "").removeprefix("Bearer ").strip()
         if not hmac.compare_digest(given.encode(), self.api_key.encode()):
             raise OpenAIError("Incorrect API key provided.", status=401, code="invalid_api_key")
+
+
+def engine_is_alive(engine: Engine) -> bool:
+    """An engine whose step thread died would leave requests waiting forever; engines that
+    can tell say so through an `is_alive()` method."""
+    is_alive = getattr(engine, "is_alive", None)
+    return True if is_alive is None else bool(is_alive())
 
 
 def context_limit(engine: Engine) -> int:
