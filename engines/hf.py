@@ -71,7 +71,9 @@ class HFEngine:
         max_model_len: int | None = None,
     ):
         if precision not in DTYPES:
-            raise ValueError(f"unknown precision {precision!r} for engine hf; valid: {', '.join(DTYPES)}")
+            raise ValueError(
+                f"unknown precision {precision!r} for engine hf; valid: {', '.join(DTYPES)}"
+            )
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
         self.device = torch.device(device)
@@ -89,11 +91,19 @@ class HFEngine:
         self.max_model_len = min(max_model_len or min(limit, DEFAULT_MAX_MODEL_LEN), limit)
         self.options["max_model_len"] = self.max_model_len
         self.model = build_hf_model(
-            self.config, checkpoint, DTYPES[precision], self.device, seed, self.max_model_len, attn_implementation
+            self.config,
+            checkpoint,
+            DTYPES[precision],
+            self.device,
+            seed,
+            self.max_model_len,
+            attn_implementation,
         )
         unique = {p.data_ptr(): p for p in self.model.parameters()}  # tied embeddings count once
         self.weight_bytes = sum(p.numel() * p.element_size() for p in unique.values())
-        self.tokenizer = load_tokenizer(checkpoint, self.config.vocab_size, self.config.eos_token_ids)
+        self.tokenizer = load_tokenizer(
+            checkpoint, self.config.vocab_size, self.config.eos_token_ids
+        )
         self.pad_token_id = self.config.eos_token_ids[0] if self.config.eos_token_ids else 0
 
         self._cond = threading.Condition()  # guards the queue, the job table and the flag
@@ -187,8 +197,7 @@ class HFEngine:
     def _submit(self, job: _Job) -> None:
         error = self._check_fits(job)
         if error is not None:
-            job.finish_reason = "error"
-            job.deliver(TokenEvent(job.request.id, (), time.perf_counter(), finished=True, finish_reason="error", error=error))
+            self._finish(job, "error", time.perf_counter(), error=error)
             return
         with self._cond:
             self._jobs[job.request.id] = job
@@ -209,13 +218,22 @@ class HFEngine:
             )
         return None
 
-    def _finish(self, job: _Job, reason: str, now: float, token: int | None = None, error: str | None = None) -> None:
+    def _finish(
+        self, job: _Job, reason: str, now: float, token: int | None = None, error: str | None = None
+    ) -> None:
         job.finish_reason = reason
         with self._cond:
             self._jobs.pop(job.request.id, None)
         job.deliver(self._event(job, token, now, finished=True, error=error))
 
-    def _event(self, job: _Job, token: int | None, now: float, finished: bool = False, error: str | None = None) -> TokenEvent:
+    def _event(
+        self,
+        job: _Job,
+        token: int | None,
+        now: float,
+        finished: bool = False,
+        error: str | None = None,
+    ) -> TokenEvent:
         first = token is not None and len(job.output_token_ids) == 1
         return TokenEvent(
             request_id=job.request.id,
@@ -255,8 +273,15 @@ class HFEngine:
             job.scheduled_s = start
         prompt_len = max(len(j.prompt_token_ids) for j in batch)
         pad = self.pad_token_id
-        input_ids = torch.tensor([[pad] * (prompt_len - len(j.prompt_token_ids)) + j.prompt_token_ids for j in batch])
-        attention_mask = torch.tensor([[0] * (prompt_len - len(j.prompt_token_ids)) + [1] * len(j.prompt_token_ids) for j in batch])
+        input_ids = torch.tensor(
+            [[pad] * (prompt_len - len(j.prompt_token_ids)) + j.prompt_token_ids for j in batch]
+        )
+        attention_mask = torch.tensor(
+            [
+                [0] * (prompt_len - len(j.prompt_token_ids)) + [1] * len(j.prompt_token_ids)
+                for j in batch
+            ]
+        )
         sampling = batch[0].request.sampling
         do_sample = sampling.temperature > 0
         generation_config = GenerationConfig(
@@ -269,7 +294,11 @@ class HFEngine:
             eos_token_id=None if sampling.ignore_eos else list(self.config.eos_token_ids),
         )
         if do_sample:  # generate draws from torch's global generator; one seed per batch
-            torch.manual_seed(sampling.seed if sampling.seed is not None else self.seed * 1_000_003 + self._num_batches)
+            torch.manual_seed(
+                sampling.seed
+                if sampling.seed is not None
+                else self.seed * 1_000_003 + self._num_batches
+            )
         self._num_batches += 1
         streamer = TimedStreamer(self, batch, prompt_len, start)
         try:
@@ -283,7 +312,9 @@ class HFEngine:
         except Exception as err:  # a failed batch fails its requests, not the engine
             for job in batch:
                 if job.finish_reason is None:
-                    self._finish(job, "error", time.perf_counter(), error=f"{type(err).__name__}: {err}")
+                    self._finish(
+                        job, "error", time.perf_counter(), error=f"{type(err).__name__}: {err}"
+                    )
         for job in batch:  # generate stopped before a row did (an abort ended the batch)
             if job.finish_reason is None:
                 self._finish(job, "abort", time.perf_counter())
@@ -298,7 +329,9 @@ class HFEngine:
                 continue
             job.output_token_ids.append(token)
             s = job.request.sampling
-            if (token in self.config.eos_token_ids and not s.ignore_eos) or token in s.stop_token_ids:
+            if (
+                token in self.config.eos_token_ids and not s.ignore_eos
+            ) or token in s.stop_token_ids:
                 self._finish(job, "stop", now, token)
             elif len(job.output_token_ids) >= job.request.max_tokens:
                 self._finish(job, "length", now, token)
@@ -332,7 +365,9 @@ class TimedStreamer(BaseStreamer):
                 num_seqs=len(active),
                 num_prefill_tokens=real_prompt if prefill else 0,
                 num_decode_tokens=0 if prefill else len(active),
-                padded_tokens=len(batch) * self.prompt_len - real_prompt if prefill else len(batch) - len(active),
+                padded_tokens=len(batch) * self.prompt_len - real_prompt
+                if prefill
+                else len(batch) - len(active),
                 context_tokens=len(batch) * (self.prompt_len + self.num_steps),
                 num_waiting=len(self.engine._waiting),
             )
@@ -377,14 +412,18 @@ def build_hf_model(
     """transformers' model: a checkpoint as from_pretrained loads it, or a preset with the
     reference engine's seeded weights (same seed, dtype and device give the same tensors)."""
     if checkpoint is not None:
-        model = AutoModelForCausalLM.from_pretrained(checkpoint, dtype=dtype, attn_implementation=attn_implementation)
+        model = AutoModelForCausalLM.from_pretrained(
+            checkpoint, dtype=dtype, attn_implementation=attn_implementation
+        )
         return _without_generation_defaults(model.to(device).eval())
     reference = materialize(build_meta_model(config, max_positions), None, dtype, device, seed)
     state = {k: v for k, v in reference.state_dict().items() if not k.startswith("rotary")}
     hf_dict = config.to_hf_dict()
     hf_config = AutoConfig.for_model(hf_dict.pop("model_type"), **hf_dict)
     with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(hf_config, dtype=dtype, attn_implementation=attn_implementation)
+        model = AutoModelForCausalLM.from_config(
+            hf_config, dtype=dtype, attn_implementation=attn_implementation
+        )
     model.load_state_dict(state, assign=True, strict=True)
     rotary = model.model.rotary_emb  # its frequency buffers are not weights: compute them for real
     model.model.rotary_emb = type(rotary)(config=hf_config).to(device)

@@ -71,10 +71,17 @@ class OpenAIEngine:
         if endpoint not in ENDPOINTS:
             raise ValueError(f"unknown endpoint {endpoint!r}; valid: {', '.join(ENDPOINTS)}")
         if prompt_format not in PROMPT_FORMATS:
-            raise ValueError(f"unknown prompt_format {prompt_format!r}; valid: {', '.join(PROMPT_FORMATS)}")
+            raise ValueError(
+                f"unknown prompt_format {prompt_format!r}; valid: {', '.join(PROMPT_FORMATS)}"
+            )
         if endpoint == "chat" and prompt_format == "token_ids":
-            raise ValueError("prompt_format 'token_ids' needs endpoint 'completions' (chat takes messages)")
-        for option, value in (("request_timeout_s", request_timeout_s), ("connect_timeout_s", connect_timeout_s)):
+            raise ValueError(
+                "prompt_format 'token_ids' needs endpoint 'completions' (chat takes messages)"
+            )
+        for option, value in (
+            ("request_timeout_s", request_timeout_s),
+            ("connect_timeout_s", connect_timeout_s),
+        ):
             if value <= 0:
                 raise ValueError(f"{option} must be > 0, got {value}")
         if max_connections < 1:
@@ -103,7 +110,9 @@ class OpenAIEngine:
             if self._thread is not None:
                 return
             ready = threading.Event()
-            self._thread = threading.Thread(target=self._run_loop, args=(ready,), name="openai-http", daemon=True)
+            self._thread = threading.Thread(
+                target=self._run_loop, args=(ready,), name="openai-http", daemon=True
+            )
             self._thread.start()
             ready.wait()
 
@@ -165,7 +174,9 @@ class OpenAIEngine:
                 write=self.request_timeout_s,
                 pool=None,  # waiting for a free connection counts against request_timeout_s
             ),
-            limits=httpx.Limits(max_connections=self.max_connections, max_keepalive_connections=self.max_connections),
+            limits=httpx.Limits(
+                max_connections=self.max_connections, max_keepalive_connections=self.max_connections
+            ),
         )
         ready.set()
         self._loop.run_forever()
@@ -188,22 +199,32 @@ class OpenAIEngine:
             deliver(state.end(time.perf_counter(), "abort", "the engine stopped"))
             raise
         except asyncio.TimeoutError:
-            final = state.end(time.perf_counter(), "error", f"timed out after {self.request_timeout_s} s")
+            final = state.end(
+                time.perf_counter(), "error", f"timed out after {self.request_timeout_s} s"
+            )
         except httpx.TimeoutException as err:  # connect_timeout_s, or no byte for request_timeout_s
             final = state.end(time.perf_counter(), "error", f"timeout: {type(err).__name__}: {err}")
         except httpx.HTTPError as err:
-            final = state.end(time.perf_counter(), "error", f"connection failed: {type(err).__name__}: {err}")
+            final = state.end(
+                time.perf_counter(), "error", f"connection failed: {type(err).__name__}: {err}"
+            )
         except ServerError as err:
             final = state.end(time.perf_counter(), "error", str(err))
-        except Exception as err:  # a malformed stream, a server error: this request fails, the run goes on
+        except (
+            Exception
+        ) as err:  # a malformed stream, a server error: this request fails, the run goes on
             final = state.end(time.perf_counter(), "error", f"{type(err).__name__}: {err}")
         finally:
             self._tasks.discard(task)
         deliver(final)
 
-    async def _post(self, request: Request, state: _StreamState, deliver: Callable[[TokenEvent], None]) -> None:
+    async def _post(
+        self, request: Request, state: _StreamState, deliver: Callable[[TokenEvent], None]
+    ) -> None:
         headers = {"X-Request-Id": request.id}
-        async with self._http.stream("POST", self.url, json=self._body(request), headers=headers) as response:
+        async with self._http.stream(
+            "POST", self.url, json=self._body(request), headers=headers
+        ) as response:
             if response.status_code >= 400:
                 raw = await response.aread()
                 raise ServerError(f"HTTP {response.status_code}: {error_message(raw)}")
@@ -260,7 +281,9 @@ class OpenAIEngine:
         num_prompt = usage.get("prompt_tokens")
         if num_prompt is None:
             ids = request.prompt_token_ids
-            num_prompt = len(ids) if ids is not None else len(self.tokenizer.encode(request.prompt_text))
+            num_prompt = (
+                len(ids) if ids is not None else len(self.tokenizer.encode(request.prompt_text))
+            )
         return TokenEvent(
             request_id=request.id,
             token_ids=(),
@@ -303,7 +326,9 @@ class _StreamState:
         return events
 
     def end(self, now: float, reason: str, error: str | None) -> TokenEvent:
-        return TokenEvent(self.request.id, (), now, finished=True, finish_reason=reason, error=error)
+        return TokenEvent(
+            self.request.id, (), now, finished=True, finish_reason=reason, error=error
+        )
 
 
 def choice_text(choice: dict[str, Any]) -> str | None:

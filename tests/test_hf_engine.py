@@ -6,13 +6,20 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from hf_checkpoints import make_hf_llama
 
 from engines.base import Request, SamplingParams
 from engines.hf import HFEngine
 from engines.reference import ReferenceEngine
-from tests.hf_checkpoints import make_hf_llama
 
-PROMPTS = [[5, 6, 7, 8, 9], [10, 11, 12], [40, 41, 42, 43, 44, 45, 46, 47], [100] * 20, [7, 7], [300, 200, 100]]
+PROMPTS = [
+    [5, 6, 7, 8, 9],
+    [10, 11, 12],
+    [40, 41, 42, 43, 44, 45, 46, 47],
+    [100] * 20,
+    [7, 7],
+    [300, 200, 100],
+]
 MAX_TOKENS = 12
 GREEDY_EXACT = SamplingParams(temperature=0.0, ignore_eos=True)
 
@@ -58,11 +65,16 @@ def stream_queued(engine, requests):
 
 
 def requests_for(prompts, max_tokens, sampling=GREEDY_EXACT, prefix="r"):
-    return [Request(id=f"{prefix}{i}", max_tokens=n, prompt_token_ids=p, sampling=sampling) for i, (p, n) in enumerate(zip(prompts, max_tokens, strict=True))]
+    return [
+        Request(id=f"{prefix}{i}", max_tokens=n, prompt_token_ids=p, sampling=sampling)
+        for i, (p, n) in enumerate(zip(prompts, max_tokens, strict=True))
+    ]
 
 
 def test_greedy_output_equals_the_reference_engine_on_tiny(hf, reference):
-    expected = [out.token_ids for out in reference.generate(PROMPTS, max_tokens=MAX_TOKENS, ignore_eos=True)]
+    expected = [
+        out.token_ids for out in reference.generate(PROMPTS, max_tokens=MAX_TOKENS, ignore_eos=True)
+    ]
     results = stream_all(hf, requests_for(PROMPTS, [MAX_TOKENS] * len(PROMPTS)))
     got = [[t for e in events for t in e.token_ids] for events in results]
     assert got == expected
@@ -76,18 +88,41 @@ def test_each_token_is_an_event_with_its_time_and_the_last_one_finishes(hf):
         assert len(events) == n and all(len(e.token_ids) == 1 for e in events)
         assert [e.finished for e in events] == [False] * (n - 1) + [True]
         final = events[-1]
-        assert (final.finish_reason, final.num_output_tokens, final.num_prompt_tokens) == ("length", n, len(prompt))
+        assert (final.finish_reason, final.num_output_tokens, final.num_prompt_tokens) == (
+            "length",
+            n,
+            len(prompt),
+        )
         times = [e.time_s for e in events]
         assert times == sorted(times)
         assert events[0].scheduled_s is not None and events[0].scheduled_s < events[0].time_s
     steps = hf.step_stats()
-    assert [s.kind for s in steps] == ["prefill"] + ["decode"] * 6  # the batch runs to its longest row
+    assert [s.kind for s in steps] == ["prefill"] + [
+        "decode"
+    ] * 6  # the batch runs to its longest row
     lengths = [len(p) for p in PROMPTS[:4]]
     assert steps[0].num_prefill_tokens == sum(lengths)
     assert steps[0].padded_tokens == 4 * max(lengths) - sum(lengths)
-    assert [s.num_seqs for s in steps] == [4, 3, 3, 2, 2, 1, 1]  # rows still running entering each step
-    assert [s.padded_tokens for s in steps[1:]] == [1, 1, 2, 2, 3, 3]  # finished rows still computed
-    assert results[3][0].time_s == steps[0].start_s + steps[0].duration_s  # the prefill ends at the first tokens
+    assert [s.num_seqs for s in steps] == [
+        4,
+        3,
+        3,
+        2,
+        2,
+        1,
+        1,
+    ]  # rows still running entering each step
+    assert [s.padded_tokens for s in steps[1:]] == [
+        1,
+        1,
+        2,
+        2,
+        3,
+        3,
+    ]  # finished rows still computed
+    assert (
+        results[3][0].time_s == steps[0].start_s + steps[0].duration_s
+    )  # the prefill ends at the first tokens
 
 
 def test_waiting_requests_form_batches_of_at_most_max_batch_size(hf):
@@ -122,12 +157,24 @@ def test_eos_ends_a_row_unless_ignore_eos(reference, max_batch_size):
     engine.start()
     try:
         ignoring = stream_queued(engine, requests_for([EOS_PROMPT, PROMPTS[0]], [MAX_TOKENS] * 2))
-        stopping = stream_queued(engine, requests_for([EOS_PROMPT, PROMPTS[0]], [MAX_TOKENS] * 2, SamplingParams()))
+        stopping = stream_queued(
+            engine, requests_for([EOS_PROMPT, PROMPTS[0]], [MAX_TOKENS] * 2, SamplingParams())
+        )
     finally:
         engine.stop()
     tokens = [[t for e in events for t in e.token_ids] for events in ignoring + stopping]
-    assert tokens == [greedy[0].token_ids, greedy[1].token_ids, greedy[0].token_ids[:eos_at], greedy[1].token_ids]
-    assert [events[-1].finish_reason for events in ignoring + stopping] == ["length", "length", "stop", "length"]
+    assert tokens == [
+        greedy[0].token_ids,
+        greedy[1].token_ids,
+        greedy[0].token_ids[:eos_at],
+        greedy[1].token_ids,
+    ]
+    assert [events[-1].finish_reason for events in ignoring + stopping] == [
+        "length",
+        "length",
+        "stop",
+        "length",
+    ]
 
 
 def test_abort_drops_a_running_request_and_the_batch_goes_on(hf):
@@ -189,9 +236,17 @@ def test_llmperf_serve_serves_the_hf_engine():
     from llmperf.serve.app import build_app
     from llmperf.serve.server import ServerThread, build_server
 
-    server = build_server({"model": "tiny", "max_batch_size": 2, "max_model_len": 64}, engine_name="hf")
+    server = build_server(
+        {"model": "tiny", "max_batch_size": 2, "max_model_len": 64}, engine_name="hf"
+    )
     with ServerThread(build_app(server)) as running:
         client = openai.OpenAI(base_url=running.base_url, api_key="-", max_retries=0)
-        out = client.completions.create(model="tiny", prompt=[5, 6, 7], max_tokens=3, temperature=0, extra_body={"ignore_eos": True})
+        out = client.completions.create(
+            model="tiny",
+            prompt=[5, 6, 7],
+            max_tokens=3,
+            temperature=0,
+            extra_body={"ignore_eos": True},
+        )
     assert out.usage.completion_tokens == 3
     assert out.choices[0].finish_reason == "length"

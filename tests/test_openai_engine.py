@@ -33,7 +33,9 @@ GREEDY_EXACT = SamplingParams(temperature=0.0, ignore_eos=True)
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
     log_path = tmp_path_factory.mktemp("openai") / "served.jsonl"
-    server = build_server({"model": "tiny", "num_kv_blocks": 128, "max_model_len": 256}, request_log=log_path)
+    server = build_server(
+        {"model": "tiny", "num_kv_blocks": 128, "max_model_len": 256}, request_log=log_path
+    )
     with ServerThread(build_app(server)) as running:
         yield running, server, log_path
 
@@ -66,27 +68,44 @@ def test_streams_the_requested_token_count_with_a_time_per_chunk(served):
     running, server, log_path = served
     engine = OpenAIEngine(model="tiny", base_url=running.base_url, prompt_format="token_ids")
     requests = [
-        Request(id=f"count-{i}", max_tokens=3 + i, prompt_token_ids=[5 + i] * (4 + i), sampling=GREEDY_EXACT)
+        Request(
+            id=f"count-{i}",
+            max_tokens=3 + i,
+            prompt_token_ids=[5 + i] * (4 + i),
+            sampling=GREEDY_EXACT,
+        )
         for i in range(6)
     ]
-    expected = server.engine.generate([r.prompt_token_ids for r in requests], max_tokens=8, ignore_eos=True)
+    expected = server.engine.generate(
+        [r.prompt_token_ids for r in requests], max_tokens=8, ignore_eos=True
+    )
     try:
         results = collect(engine, requests)
     finally:
         engine.stop()
-    logged = {row["client_request_id"]: row for row in map(json.loads, log_path.read_text().splitlines())}
+    logged = {
+        row["client_request_id"]: row
+        for row in map(json.loads, log_path.read_text().split("\n")[:-1])
+    }
     for request, events, want in zip(requests, results, expected, strict=True):
         *chunks, final = events
         assert len(chunks) == request.max_tokens
         assert (final.finish_reason, final.error) == ("length", None)
-        assert (final.num_output_tokens, final.num_prompt_tokens) == (request.max_tokens, len(request.prompt_token_ids))
+        assert (final.num_output_tokens, final.num_prompt_tokens) == (
+            request.max_tokens,
+            len(request.prompt_token_ids),
+        )
         text = server.tokenizer.decode(want.token_ids[: request.max_tokens])
         assert "".join(e.text for e in chunks) == text
         for event in chunks:  # ids of the chunk's text, or one unknown token for an empty chunk
-            assert event.token_ids == (tuple(server.tokenizer.encode(event.text)) or (UNKNOWN_TOKEN_ID,))
+            assert event.token_ids == (
+                tuple(server.tokenizer.encode(event.text)) or (UNKNOWN_TOKEN_ID,)
+            )
         times = [e.time_s for e in events]
         assert times == sorted(times)
-        row = logged[request.id]  # same process, same perf_counter clock: a chunk arrives after its token
+        row = logged[
+            request.id
+        ]  # same process, same perf_counter clock: a chunk arrives after its token
         assert row["first_token_s"] <= chunks[0].time_s < row["first_token_s"] + 2.0
         assert row["last_token_s"] <= chunks[-1].time_s
 
@@ -94,7 +113,10 @@ def test_streams_the_requested_token_count_with_a_time_per_chunk(served):
 def test_200_concurrent_streams_finish_without_errors_or_leftover_tasks(served):
     running, _, _ = served
     engine = OpenAIEngine(model="tiny", base_url=running.base_url, prompt_format="token_ids")
-    requests = [Request(id=f"c{i}", max_tokens=2, prompt_token_ids=[3 + i, 4, 5], sampling=GREEDY_EXACT) for i in range(200)]
+    requests = [
+        Request(id=f"c{i}", max_tokens=2, prompt_token_ids=[3 + i, 4, 5], sampling=GREEDY_EXACT)
+        for i in range(200)
+    ]
 
     async def run_all():
         async def one(request):
@@ -108,7 +130,9 @@ def test_200_concurrent_streams_finish_without_errors_or_leftover_tasks(served):
         assert not leftover and not engine._tasks  # nothing left on either loop
     finally:
         engine.stop()
-    assert [(len(events), events[-1].finish_reason, events[-1].num_output_tokens) for events in results] == [(3, "length", 2)] * 200
+    assert [
+        (len(events), events[-1].finish_reason, events[-1].num_output_tokens) for events in results
+    ] == [(3, "length", 2)] * 200
 
 
 def test_text_prompts_and_the_chat_endpoint(served):
@@ -117,8 +141,12 @@ def test_text_prompts_and_the_chat_endpoint(served):
     completions = OpenAIEngine(model="tiny", base_url=running.base_url)
     chat = OpenAIEngine(model="tiny", base_url=running.base_url, endpoint="chat")
     try:
-        [plain] = collect(completions, [Request(id="t", max_tokens=4, prompt_text=text, sampling=GREEDY_EXACT)])
-        [talk] = collect(chat, [Request(id="c", max_tokens=5, prompt_text=text, sampling=GREEDY_EXACT)])
+        [plain] = collect(
+            completions, [Request(id="t", max_tokens=4, prompt_text=text, sampling=GREEDY_EXACT)]
+        )
+        [talk] = collect(
+            chat, [Request(id="c", max_tokens=5, prompt_text=text, sampling=GREEDY_EXACT)]
+        )
     finally:
         completions.stop()
         chat.stop()
@@ -165,14 +193,28 @@ def test_stop_ends_open_streams_with_abort(served):
 
 
 def chunk(text: str, finish_reason: str | None = None) -> bytes:
-    body = {"id": "x", "object": "text_completion", "choices": [{"index": 0, "text": text, "finish_reason": finish_reason}]}
+    body = {
+        "id": "x",
+        "object": "text_completion",
+        "choices": [{"index": 0, "text": text, "finish_reason": finish_reason}],
+    }
     return f"data: {json.dumps(body)}\n\n".encode()
 
 
 async def fake_completions(http: HTTPRequest):
     behaviour = (await http.json())["model"]
     if behaviour == "fails":
-        return JSONResponse({"error": {"message": "out of memory", "type": "server_error", "param": None, "code": None}}, 500)
+        return JSONResponse(
+            {
+                "error": {
+                    "message": "out of memory",
+                    "type": "server_error",
+                    "param": None,
+                    "code": None,
+                }
+            },
+            500,
+        )
 
     async def no_usage():
         for text in ("ab", "", "cd"):
@@ -186,7 +228,9 @@ async def fake_completions(http: HTTPRequest):
 
     async def drops():
         yield chunk("a")
-        raise ConnectionAbortedError("the server went away")  # uvicorn closes the connection mid-body
+        raise ConnectionAbortedError(
+            "the server went away"
+        )  # uvicorn closes the connection mid-body
 
     async def truncated():
         yield chunk("a")
@@ -216,7 +260,12 @@ def test_without_a_usage_chunk_tokens_are_counted_by_tokenizing(fake_server):
     events, _ = run_one(fake_server, "no-usage")
     *chunks, final = events
     assert [e.text for e in chunks] == ["ab", "", "cd", "e"]
-    assert [e.token_ids for e in chunks] == [(100, 101), (UNKNOWN_TOKEN_ID,), (102, 103), (104,)]  # bytes + 3
+    assert [e.token_ids for e in chunks] == [
+        (100, 101),
+        (UNKNOWN_TOKEN_ID,),
+        (102, 103),
+        (104,),
+    ]  # bytes + 3
     assert (final.finish_reason, final.num_output_tokens, final.num_prompt_tokens) == ("stop", 5, 1)
 
 
@@ -263,8 +312,13 @@ def test_error_bodies_in_each_servers_shape():
 
 def test_chunk_text_rules():
     assert choice_text({"text": "", "finish_reason": None}) == ""  # a token without text
-    assert choice_text({"delta": {"role": "assistant", "content": ""}, "finish_reason": None}) is None
-    assert choice_text({"delta": {"role": "assistant", "content": "Hi"}, "finish_reason": None}) == "Hi"
+    assert (
+        choice_text({"delta": {"role": "assistant", "content": ""}, "finish_reason": None}) is None
+    )
+    assert (
+        choice_text({"delta": {"role": "assistant", "content": "Hi"}, "finish_reason": None})
+        == "Hi"
+    )
     assert choice_text({"delta": {}, "finish_reason": "stop"}) is None  # the end marker
 
 
@@ -305,8 +359,13 @@ def server_process():
 def test_killing_the_server_mid_stream_fails_the_open_requests_within_their_timeout(server_process):
     proc, base_url = server_process
     timeout_s = 20.0
-    engine = OpenAIEngine(model="tiny", base_url=base_url, request_timeout_s=timeout_s, prompt_format="token_ids")
-    requests = [Request(id=f"k{i}", max_tokens=4000, prompt_token_ids=[11 + i] * 8, sampling=GREEDY_EXACT) for i in range(8)]
+    engine = OpenAIEngine(
+        model="tiny", base_url=base_url, request_timeout_s=timeout_s, prompt_format="token_ids"
+    )
+    requests = [
+        Request(id=f"k{i}", max_tokens=4000, prompt_token_ids=[11 + i] * 8, sampling=GREEDY_EXACT)
+        for i in range(8)
+    ]
     started: set[str] = set()
 
     async def one(request):

@@ -23,7 +23,12 @@ from llmperf.serve.metrics import Histogram
 from llmperf.serve.server import ServerThread, build_server
 
 MAX_MODEL_LEN = 512
-ENGINE_OPTIONS = {"model": "tiny", "num_kv_blocks": 256, "max_model_len": MAX_MODEL_LEN, "max_num_seqs": 64}
+ENGINE_OPTIONS = {
+    "model": "tiny",
+    "num_kv_blocks": 256,
+    "max_model_len": MAX_MODEL_LEN,
+    "max_num_seqs": 64,
+}
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +50,8 @@ def root(served) -> str:
 
 
 def log_rows(log_path) -> list[dict]:
-    return [json.loads(line) for line in log_path.read_text().splitlines()]
+    """The log's complete lines (the server may be writing the next one)."""
+    return [json.loads(line) for line in log_path.read_text().split("\n")[:-1]]
 
 
 def metric_values(text: str) -> dict[str, float]:
@@ -95,11 +101,17 @@ def test_openai_client_gets_a_whole_completion(served, client):
     _, server, _ = served
     ids = [40, 41, 42, 300, 301]
     expected = server.engine.generate([ids], max_tokens=5, ignore_eos=True)[0]
-    out = client.completions.create(model="tiny", prompt=ids, max_tokens=5, temperature=0, extra_body={"ignore_eos": True})
+    out = client.completions.create(
+        model="tiny", prompt=ids, max_tokens=5, temperature=0, extra_body={"ignore_eos": True}
+    )
     assert out.object == "text_completion"
     assert out.choices[0].text == expected.text
     assert out.choices[0].finish_reason == "length"
-    assert (out.usage.prompt_tokens, out.usage.completion_tokens, out.usage.total_tokens) == (5, 5, 10)
+    assert (out.usage.prompt_tokens, out.usage.completion_tokens, out.usage.total_tokens) == (
+        5,
+        5,
+        10,
+    )
 
 
 def test_openai_client_streams_chat_over_the_default_template(served, client):
@@ -122,7 +134,13 @@ def test_openai_client_streams_chat_over_the_default_template(served, client):
     assert "".join(c.choices[0].delta.content for c in tokens) == expected.text
     assert [c.choices[0].finish_reason for c in tokens] == [None, None, None, "length"]
     assert usage.usage.prompt_tokens == len(prompt.encode())
-    whole = client.chat.completions.create(model="tiny", messages=messages, max_tokens=4, temperature=0, extra_body={"ignore_eos": True})
+    whole = client.chat.completions.create(
+        model="tiny",
+        messages=messages,
+        max_tokens=4,
+        temperature=0,
+        extra_body={"ignore_eos": True},
+    )
     assert whole.choices[0].message.content == expected.text
     assert whole.choices[0].message.role == "assistant"
 
@@ -145,32 +163,86 @@ BAD_REQUESTS = [
     ("completions", {"model": "tiny"}, 400, "prompt", "prompt"),
     ("completions", {"model": "tiny", "prompt": "hi", "max_tokens": 0}, 400, "max_tokens", ">= 1"),
     ("completions", {"model": "tiny", "prompt": "hi", "max_tokens": -3}, 400, "max_tokens", ">= 1"),
-    ("completions", {"model": "tiny", "prompt": "hi", "max_tokens": "many"}, 400, "max_tokens", "integer"),
-    ("completions", {"model": "tiny", "prompt": LONG_PROMPT, "max_tokens": 1}, 400, "prompt", "maximum context length is 512"),
+    (
+        "completions",
+        {"model": "tiny", "prompt": "hi", "max_tokens": "many"},
+        400,
+        "max_tokens",
+        "integer",
+    ),
+    (
+        "completions",
+        {"model": "tiny", "prompt": LONG_PROMPT, "max_tokens": 1},
+        400,
+        "prompt",
+        "maximum context length is 512",
+    ),
     ("completions", {"model": "tiny", "prompt": [3, 999]}, 400, "prompt", "outside the vocabulary"),
     ("completions", {"model": "gpt-9", "prompt": "hi"}, 404, "model", "does not exist"),
-    ("completions", {"model": "tiny", "prompt": "hi", "temperature": 3}, 400, "temperature", "[0, 2.0]"),
-    ("completions", {"model": "tiny", "prompt": "hi", "temperature": "hot"}, 400, "temperature", "number"),
+    (
+        "completions",
+        {"model": "tiny", "prompt": "hi", "temperature": 3},
+        400,
+        "temperature",
+        "[0, 2.0]",
+    ),
+    (
+        "completions",
+        {"model": "tiny", "prompt": "hi", "temperature": "hot"},
+        400,
+        "temperature",
+        "number",
+    ),
     ("completions", {"model": "tiny", "prompt": "hi", "top_p": 0}, 400, "top_p", "(0, 1]"),
     ("completions", {"model": "tiny", "prompt": "hi", "n": 2}, 400, "n", "n=1"),
-    ("completions", {"model": "tiny", "prompt": "hi", "stream": "yes"}, 400, "stream", "true or false"),
+    (
+        "completions",
+        {"model": "tiny", "prompt": "hi", "stream": "yes"},
+        400,
+        "stream",
+        "true or false",
+    ),
     ("chat/completions", {"model": "tiny"}, 400, "messages", "messages"),
-    ("chat/completions", {"model": "tiny", "messages": [{"content": "x"}]}, 400, "messages[0]", "role"),
-    ("chat/completions", {"model": "tiny", "messages": [{"role": "user", "content": "x"}], "max_tokens": MAX_MODEL_LEN}, 400, "messages", "maximum context length"),
+    (
+        "chat/completions",
+        {"model": "tiny", "messages": [{"content": "x"}]},
+        400,
+        "messages[0]",
+        "role",
+    ),
+    (
+        "chat/completions",
+        {
+            "model": "tiny",
+            "messages": [{"role": "user", "content": "x"}],
+            "max_tokens": MAX_MODEL_LEN,
+        },
+        400,
+        "messages",
+        "maximum context length",
+    ),
     ("nowhere", {}, 404, None, "Not Found"),
 ]
 
 
 @pytest.mark.parametrize(("path", "body", "status", "param", "message"), BAD_REQUESTS)
-def test_bad_request_gets_an_openai_error_and_the_server_keeps_serving(served, client, path, body, status, param, message):
+def test_bad_request_gets_an_openai_error_and_the_server_keeps_serving(
+    served, client, path, body, status, param, message
+):
     content = body if isinstance(body, bytes) else json.dumps(body).encode()
-    response = httpx.post(f"{served[0].base_url}/{path}", content=content, headers={"Content-Type": "application/json"})
+    response = httpx.post(
+        f"{served[0].base_url}/{path}",
+        content=content,
+        headers={"Content-Type": "application/json"},
+    )
     assert response.status_code == status
     error = response.json()["error"]
     assert set(error) == {"message", "type", "param", "code"}
     assert message in error["message"]
     assert error["param"] == param
-    after = client.completions.create(model="tiny", prompt="ok", max_tokens=2, extra_body={"ignore_eos": True})
+    after = client.completions.create(
+        model="tiny", prompt="ok", max_tokens=2, extra_body={"ignore_eos": True}
+    )
     assert after.usage.completion_tokens == 2
 
 
@@ -193,7 +265,10 @@ def test_api_key_guards_the_api_but_not_health(served):
         with pytest.raises(openai.AuthenticationError):
             openai.OpenAI(base_url=running.base_url, api_key="wrong", max_retries=0).models.list()
         ok = openai.OpenAI(base_url=running.base_url, api_key="s3cret", max_retries=0)
-        assert ok.completions.create(model="tiny", prompt="x", max_tokens=1).usage.completion_tokens == 1
+        assert (
+            ok.completions.create(model="tiny", prompt="x", max_tokens=1).usage.completion_tokens
+            == 1
+        )
         assert httpx.get(running.base_url.removesuffix("/v1") + "/health").status_code == 200
 
 
@@ -216,7 +291,9 @@ def test_200_concurrent_streams_complete_and_leave_nothing_behind(served):
         return len(chunks) - 1, chunks[-1].usage.completion_tokens
 
     async def run_all():
-        async with openai.AsyncOpenAI(base_url=running.base_url, api_key="-", max_retries=0) as client:
+        async with openai.AsyncOpenAI(
+            base_url=running.base_url, api_key="-", max_retries=0
+        ) as client:
             results = await asyncio.gather(*(one(client, i) for i in range(200)))
         others = asyncio.all_tasks() - {asyncio.current_task()}
         return results, others
@@ -233,8 +310,16 @@ def test_200_concurrent_streams_complete_and_leave_nothing_behind(served):
 
 def test_client_disconnect_aborts_its_request(served):
     running, server, log_path = served
-    body = {"model": "tiny", "prompt": "abort me", "max_tokens": 100, "stream": True, "ignore_eos": True}
-    with httpx.stream("POST", f"{running.base_url}/completions", json=body, headers={"X-Request-Id": "leaver"}) as response:
+    body = {
+        "model": "tiny",
+        "prompt": "abort me",
+        "max_tokens": 100,
+        "stream": True,
+        "ignore_eos": True,
+    }
+    with httpx.stream(
+        "POST", f"{running.base_url}/completions", json=body, headers={"X-Request-Id": "leaver"}
+    ) as response:
         lines = response.iter_lines()
         assert next(line for line in lines if line.startswith("data:"))
     wait_until(lambda: any(r["client_request_id"] == "leaver" for r in log_rows(log_path)))
@@ -248,7 +333,12 @@ def test_client_leaving_a_whole_response_aborts_its_request(served):
     running, server, log_path = served
     body = {"model": "tiny", "prompt": "wait", "max_tokens": MAX_MODEL_LEN - 8, "ignore_eos": True}
     with pytest.raises(httpx.ReadTimeout):
-        httpx.post(f"{running.base_url}/completions", json=body, headers={"X-Request-Id": "impatient"}, timeout=httpx.Timeout(5.0, read=0.3))
+        httpx.post(
+            f"{running.base_url}/completions",
+            json=body,
+            headers={"X-Request-Id": "impatient"},
+            timeout=httpx.Timeout(5.0, read=0.3),
+        )
     wait_until(lambda: any(r["client_request_id"] == "impatient" for r in log_rows(log_path)))
     row = next(r for r in log_rows(log_path) if r["client_request_id"] == "impatient")
     assert row["finish_reason"] == "abort"
@@ -280,14 +370,20 @@ def test_metrics_and_request_log_agree_with_the_requests(served, client):
     assert delta(f"llmperf_prompt_tokens_total{label}") == 2 + 3 + 4 + 5
     assert delta('llmperf_request_success_total{model_name="tiny",finish_reason="length"}') == 4
     assert delta(f"llmperf_time_to_first_token_seconds_count{label}") == 4
-    assert delta(f"llmperf_time_to_first_token_seconds_sum{label}") == pytest.approx(sum(r["ttft_s"] for r in rows))
-    assert delta(f"llmperf_e2e_request_latency_seconds_sum{label}") == pytest.approx(sum(r["e2e_s"] for r in rows))
+    assert delta(f"llmperf_time_to_first_token_seconds_sum{label}") == pytest.approx(
+        sum(r["ttft_s"] for r in rows)
+    )
+    assert delta(f"llmperf_e2e_request_latency_seconds_sum{label}") == pytest.approx(
+        sum(r["e2e_s"] for r in rows)
+    )
     assert after[f"llmperf_num_requests_running{label}"] == 0
     assert after[f"llmperf_kv_cache_usage_ratio{label}"] == 0.0
     for r in rows:
         assert 0 < r["ttft_s"] <= r["e2e_s"]
         assert r["queue_s"] <= r["ttft_s"]
-        assert r["tpot_s"] == pytest.approx((r["last_token_s"] - r["first_token_s"]) / (r["num_output_tokens"] - 1))
+        assert r["tpot_s"] == pytest.approx(
+            (r["last_token_s"] - r["first_token_s"]) / (r["num_output_tokens"] - 1)
+        )
 
 
 # -- pieces -----------------------------------------------------------------------------
@@ -318,24 +414,44 @@ def test_incremental_detokenizer_holds_back_split_characters(served):
 
 def test_checkpoint_chat_template_is_rendered(tmp_path):
     template = "{{ bos_token }}{% for m in messages %}<|{{ m.role }}|>{{ m.content }}{% endfor %}{% if add_generation_prompt %}<|assistant|>{% endif %}"
-    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"chat_template": template, "bos_token": {"content": "<s>"}}))
+    (tmp_path / "tokenizer_config.json").write_text(
+        json.dumps({"chat_template": template, "bos_token": {"content": "<s>"}})
+    )
     render = compile_chat_template(*load_chat_template(tmp_path))
     assert render([{"role": "user", "content": "hi"}]) == "<s><|user|>hi<|assistant|>"
     assert load_chat_template(None)[0] == DEFAULT_CHAT_TEMPLATE
 
 
 def test_cli_reads_overrides_in_the_config_tree_names():
-    options = parse_overrides(["model=tiny", "engine.batching=static", "engine.max_batch_size=4", "port=9000", "request_log=r.jsonl"])
+    options = parse_overrides(
+        [
+            "model=tiny",
+            "engine.batching=static",
+            "engine.max_batch_size=4",
+            "port=9000",
+            "request_log=r.jsonl",
+        ]
+    )
     assert options["engine_options"] == {"model": "tiny", "batching": "static", "max_batch_size": 4}
-    assert (options["engine_name"], options["host"], options["port"]) == ("reference", "127.0.0.1", 9000)
+    assert (options["engine_name"], options["host"], options["port"]) == (
+        "reference",
+        "127.0.0.1",
+        9000,
+    )
     assert options["request_log"] == "r.jsonl" and options["api_key"] is None
-    assert parse_overrides(["model.name=tiny", "model.path=/ckpt"])["engine_options"]["model"] == "/ckpt"
+    assert (
+        parse_overrides(["model.name=tiny", "model.path=/ckpt"])["engine_options"]["model"]
+        == "/ckpt"
+    )
 
 
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["engine.bogus=1"], "engine.bogus: no such option of engine 'reference'; valid: attention"),
+        (
+            ["engine.bogus=1"],
+            "engine.bogus: no such option of engine 'reference'; valid: attention",
+        ),
         (["engine=openai"], "valid: reference, hf"),
         (["colour=red"], "unknown key 'colour'"),
         (["port=http"], "port='http'"),
@@ -359,14 +475,20 @@ def test_a_dead_engine_fails_requests_and_health_with_503(served):
         """Stands in for an engine whose step thread has died."""
 
         def __init__(self, engine):
-            self.tokenizer, self.max_model_len, self.kv = engine.tokenizer, engine.max_model_len, engine.kv
+            self.tokenizer, self.max_model_len, self.kv = (
+                engine.tokenizer,
+                engine.max_model_len,
+                engine.kv,
+            )
 
         def is_alive(self) -> bool:
             return False
 
     dead = OpenAIServer(Dead(server.engine), "tiny")
     with ServerThread(build_app(dead, manage_engine=False)) as running:
-        response = httpx.post(f"{running.base_url}/completions", json={"model": "tiny", "prompt": "x"})
+        response = httpx.post(
+            f"{running.base_url}/completions", json={"model": "tiny", "prompt": "x"}
+        )
         assert response.status_code == 503
         assert response.json()["error"]["message"].startswith("the engine has stopped")
         assert httpx.get(running.base_url.removesuffix("/v1") + "/health").status_code == 503

@@ -71,7 +71,9 @@ class OpenAIServer:
         self.request_log = request_log
         self.render_chat = render_chat or compile_chat_template(DEFAULT_CHAT_TEMPLATE, {})
         self.tokenizer = engine.tokenizer
-        self.limits = Limits(max_context_tokens=context_limit(engine), vocab_size=self.tokenizer.vocab_size)
+        self.limits = Limits(
+            max_context_tokens=context_limit(engine), vocab_size=self.tokenizer.vocab_size
+        )
         self.metrics = ServerMetrics(served_model_name)
         self.created = int(time.time())
 
@@ -109,15 +111,21 @@ class OpenAIServer:
         arrival_s, arrival_unix_s = time.perf_counter(), time.time()
         self._authorize(http)
         if not engine_is_alive(self.engine):
-            raise OpenAIError("the engine has stopped; see the server's log", status=503, type="server_error")
+            raise OpenAIError(
+                "the engine has stopped; see the server's log", status=503, type="server_error"
+            )
         body = parse_body(await http.body())
         try:
             if endpoint == "chat":
-                spec = parse_chat(body, self.served_model_name, self.tokenizer, self.limits, self.render_chat)
+                spec = parse_chat(
+                    body, self.served_model_name, self.tokenizer, self.limits, self.render_chat
+                )
             else:
                 spec = parse_completion(body, self.served_model_name, self.tokenizer, self.limits)
         except TemplateError as err:
-            raise OpenAIError(f"the chat template failed on these messages: {err}", param="messages") from None
+            raise OpenAIError(
+                f"the chat template failed on these messages: {err}", param="messages"
+            ) from None
         prefix = "chatcmpl" if endpoint == "chat" else "cmpl"
         served = ServedRequest(
             id=f"{prefix}-{uuid.uuid4().hex}",
@@ -128,7 +136,9 @@ class OpenAIServer:
             num_prompt_tokens=len(spec.prompt_token_ids),
         )
         if spec.stream:
-            return ClosingStreamingResponse(self._stream(spec, served), media_type="text/event-stream", headers=SSE_HEADERS)
+            return ClosingStreamingResponse(
+                self._stream(spec, served), media_type="text/event-stream", headers=SSE_HEADERS
+            )
         return await self._whole(http, spec, served)
 
     async def _stream(self, spec: GenerationSpec, served: ServedRequest) -> AsyncIterator[bytes]:
@@ -141,7 +151,9 @@ class OpenAIServer:
                 async for text, finish_reason in pieces:
                     yield b"".join(sse(c) for c in shapes.chunks(text, finish_reason))
                 if spec.include_usage:
-                    yield sse(shapes.usage_chunk(served.num_prompt_tokens, served.num_output_tokens))
+                    yield sse(
+                        shapes.usage_chunk(served.num_prompt_tokens, served.num_output_tokens)
+                    )
             except OpenAIError as err:  # after the 200 headers: the error travels as an event
                 yield sse(err.to_dict())
             yield sse("[DONE]")
@@ -150,7 +162,9 @@ class OpenAIServer:
                 await pieces.aclose()
             self._finish(served)
 
-    async def _whole(self, http: HTTPRequest, spec: GenerationSpec, served: ServedRequest) -> Response:
+    async def _whole(
+        self, http: HTTPRequest, spec: GenerationSpec, served: ServedRequest
+    ) -> Response:
         async def collect() -> str:
             return "".join([text async for text, _ in self._pieces(spec, served)])
 
@@ -168,9 +182,15 @@ class OpenAIServer:
         finally:
             self._finish(served)
         shapes = ResponseShapes(spec, served.id)
-        return JSONResponse(shapes.whole(text, served.finish_reason, served.num_prompt_tokens, served.num_output_tokens))
+        return JSONResponse(
+            shapes.whole(
+                text, served.finish_reason, served.num_prompt_tokens, served.num_output_tokens
+            )
+        )
 
-    async def _pieces(self, spec: GenerationSpec, served: ServedRequest) -> AsyncIterator[tuple[str, str | None]]:
+    async def _pieces(
+        self, spec: GenerationSpec, served: ServedRequest
+    ) -> AsyncIterator[tuple[str, str | None]]:
         """(text, finish_reason) per engine event that carries tokens or the end; records timings."""
         request = Request(
             id=served.id,
@@ -261,7 +281,9 @@ async def _openai_error(http: HTTPRequest, err: Exception) -> Response:
 async def _http_error(http: HTTPRequest, err: Exception) -> Response:
     assert isinstance(err, HTTPException)
     code = "not_found" if err.status_code == 404 else None
-    return _error_response(OpenAIError(f"{http.method} {http.url.path}: {err.detail}", err.status_code, code=code))
+    return _error_response(
+        OpenAIError(f"{http.method} {http.url.path}: {err.detail}", err.status_code, code=code)
+    )
 
 
 async def _server_error(http: HTTPRequest, err: Exception) -> Response:

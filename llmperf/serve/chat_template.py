@@ -39,7 +39,9 @@ def _token_text(token) -> str:
     return token or ""
 
 
-def compile_chat_template(source: str, special_tokens: dict[str, str]) -> Callable[[list[dict]], str]:
+def compile_chat_template(
+    source: str, special_tokens: dict[str, str]
+) -> Callable[[list[dict]], str]:
     """A function rendering a message list to prompt text with the generation prompt appended."""
     from jinja2.exceptions import TemplateError
     from jinja2.sandbox import ImmutableSandboxedEnvironment
@@ -47,7 +49,9 @@ def compile_chat_template(source: str, special_tokens: dict[str, str]) -> Callab
     def raise_exception(message: str) -> None:
         raise TemplateError(message)
 
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
+    env = ImmutableSandboxedEnvironment(
+        trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True
+    )
     env.globals["raise_exception"] = raise_exception
     template = env.from_string(source)
 

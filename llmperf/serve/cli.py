@@ -38,7 +38,9 @@ def parse_overrides(argv: list[str]) -> dict[str, Any]:
     for arg in argv:
         key, sep, raw = arg.partition("=")
         if not sep or not key:
-            raise UsageError(f"{arg!r} is not key=value (e.g. model=tiny engine.batching=continuous port=8000)")
+            raise UsageError(
+                f"{arg!r} is not key=value (e.g. model=tiny engine.batching=continuous port=8000)"
+            )
         value = _scalar(key, raw)
         if key.startswith("engine."):
             engine_overrides[key.removeprefix("engine.")] = value
@@ -49,8 +51,14 @@ def parse_overrides(argv: list[str]) -> dict[str, Any]:
             raise UsageError(f"unknown key {key!r}; valid: {valid}")
     engine_name = values.pop("engine", "reference")
     if engine_name not in SERVABLE_ENGINES:
-        raise UsageError(f"engine={engine_name!r} cannot be served; valid: {', '.join(SERVABLE_ENGINES)}")
-    model = values.pop("model.path", None) or values.pop("model", None) or values.pop("model.name", None)
+        raise UsageError(
+            f"engine={engine_name!r} cannot be served; valid: {', '.join(SERVABLE_ENGINES)}"
+        )
+    model = (
+        values.pop("model.path", None)
+        or values.pop("model", None)
+        or values.pop("model.name", None)
+    )
     values.pop("model.name", None)
     engine_options = {"model": str(model or "tiny"), **_checked(engine_name, engine_overrides)}
     port = values.get("port", DEFAULT_PORT)
@@ -84,7 +92,9 @@ def _checked(engine_name: str, overrides: dict[str, Any]) -> dict[str, Any]:
     names = [n for n in inspect.signature(cls.__init__).parameters if n not in ("self", "model")]
     for key in overrides:
         if key not in names:
-            raise UsageError(f"engine.{key}: no such option of engine {engine_name!r}; valid: {', '.join(names)}")
+            raise UsageError(
+                f"engine.{key}: no such option of engine {engine_name!r}; valid: {', '.join(names)}"
+            )
     return overrides
 
 

@@ -16,9 +16,14 @@ from pathlib import Path
 from typing import Any, TextIO
 
 # Bucket upper bounds in seconds (vLLM's, with finer steps at the low end for CPU-sized models).
-TTFT_BUCKETS_S = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0)
-TPOT_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 10.0, 20.0, 80.0)
-E2E_BUCKETS_S = (0.01, 0.05, 0.1, 0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0)
+# fmt: off
+TTFT_BUCKETS_S = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0,
+                  7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0)
+TPOT_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5,
+                  0.75, 1.0, 2.5, 5.0, 10.0, 20.0, 80.0)
+E2E_BUCKETS_S = (0.01, 0.05, 0.1, 0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0,
+                 40.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0)
+# fmt: on
 FINISH_REASONS = ("stop", "length", "abort", "error")
 
 
@@ -87,7 +92,7 @@ class Histogram:
 class EngineLoad:
     num_running: int
     num_waiting: int
-    kv_cache_usage: float | None  # fraction of KV blocks in use; None when the engine has no paged view
+    kv_cache_usage: float | None  # fraction of KV blocks in use; None without a block cache
 
 
 class ServerMetrics:
@@ -106,7 +111,11 @@ class ServerMetrics:
         self.generation_tokens_total += req.num_output_tokens
         reason = req.finish_reason if req.finish_reason in self.finished else "error"
         self.finished[reason] += 1
-        for hist, value in ((self.ttft, req.ttft_s), (self.tpot, req.tpot_s), (self.e2e, req.e2e_s)):
+        for hist, value in (
+            (self.ttft, req.ttft_s),
+            (self.tpot, req.tpot_s),
+            (self.e2e, req.e2e_s),
+        ):
             if value is not None:
                 hist.observe(value)
 
@@ -117,25 +126,64 @@ class ServerMetrics:
         def metric(name: str, kind: str, help_text: str, lines: list[str]) -> None:
             out.extend([f"# HELP {p}{name} {help_text}", f"# TYPE {p}{name} {kind}", *lines])
 
-        metric("num_requests_running", "gauge", "Requests in the engine's running batch.",
-               [f"{p}num_requests_running{{{labels}}} {load.num_running}"])
-        metric("num_requests_waiting", "gauge", "Requests received and not yet running.",
-               [f"{p}num_requests_waiting{{{labels}}} {load.num_waiting}"])
+        metric(
+            "num_requests_running",
+            "gauge",
+            "Requests in the engine's running batch.",
+            [f"{p}num_requests_running{{{labels}}} {load.num_running}"],
+        )
+        metric(
+            "num_requests_waiting",
+            "gauge",
+            "Requests received and not yet running.",
+            [f"{p}num_requests_waiting{{{labels}}} {load.num_waiting}"],
+        )
         if load.kv_cache_usage is not None:
-            metric("kv_cache_usage_ratio", "gauge", "Fraction of KV cache blocks in use (0-1).",
-                   [f"{p}kv_cache_usage_ratio{{{labels}}} {load.kv_cache_usage!r}"])
-        metric("prompt_tokens_total", "counter", "Prompt tokens of finished requests.",
-               [f"{p}prompt_tokens_total{{{labels}}} {self.prompt_tokens_total}"])
-        metric("generation_tokens_total", "counter", "Tokens generated for finished requests.",
-               [f"{p}generation_tokens_total{{{labels}}} {self.generation_tokens_total}"])
-        metric("request_success_total", "counter", "Finished requests by finish reason.",
-               [f'{p}request_success_total{{{labels},finish_reason="{r}"}} {n}' for r, n in self.finished.items()])
-        metric("time_to_first_token_seconds", "histogram", "Request arrival to its first token.",
-               self.ttft.render(f"{p}time_to_first_token_seconds", labels))
-        metric("time_per_output_token_seconds", "histogram", "Per request: (last - first token) / (tokens - 1).",
-               self.tpot.render(f"{p}time_per_output_token_seconds", labels))
-        metric("e2e_request_latency_seconds", "histogram", "Request arrival to its last token.",
-               self.e2e.render(f"{p}e2e_request_latency_seconds", labels))
+            metric(
+                "kv_cache_usage_ratio",
+                "gauge",
+                "Fraction of KV cache blocks in use (0-1).",
+                [f"{p}kv_cache_usage_ratio{{{labels}}} {load.kv_cache_usage!r}"],
+            )
+        metric(
+            "prompt_tokens_total",
+            "counter",
+            "Prompt tokens of finished requests.",
+            [f"{p}prompt_tokens_total{{{labels}}} {self.prompt_tokens_total}"],
+        )
+        metric(
+            "generation_tokens_total",
+            "counter",
+            "Tokens generated for finished requests.",
+            [f"{p}generation_tokens_total{{{labels}}} {self.generation_tokens_total}"],
+        )
+        metric(
+            "request_success_total",
+            "counter",
+            "Finished requests by finish reason.",
+            [
+                f'{p}request_success_total{{{labels},finish_reason="{r}"}} {n}'
+                for r, n in self.finished.items()
+            ],
+        )
+        metric(
+            "time_to_first_token_seconds",
+            "histogram",
+            "Request arrival to its first token.",
+            self.ttft.render(f"{p}time_to_first_token_seconds", labels),
+        )
+        metric(
+            "time_per_output_token_seconds",
+            "histogram",
+            "Per request: (last - first token) / (tokens - 1).",
+            self.tpot.render(f"{p}time_per_output_token_seconds", labels),
+        )
+        metric(
+            "e2e_request_latency_seconds",
+            "histogram",
+            "Request arrival to its last token.",
+            self.e2e.render(f"{p}e2e_request_latency_seconds", labels),
+        )
         return "\n".join(out) + "\n"
 
 

@@ -41,7 +41,14 @@ class OpenAIError(Exception):
         self.type = type
 
     def to_dict(self) -> dict[str, Any]:
-        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+        return {
+            "error": {
+                "message": self.message,
+                "type": self.type,
+                "param": self.param,
+                "code": self.code,
+            }
+        }
 
 
 @dataclass
@@ -78,7 +85,9 @@ def parse_body(raw: bytes) -> dict[str, Any]:
     return body
 
 
-def parse_completion(body: dict, served_model: str, tokenizer: Tokenizer, limits: Limits) -> GenerationSpec:
+def parse_completion(
+    body: dict, served_model: str, tokenizer: Tokenizer, limits: Limits
+) -> GenerationSpec:
     model = _check_model(body, served_model)
     ids = _prompt_token_ids(body.get("prompt"), tokenizer)
     max_tokens = _int_field(body, "max_tokens", COMPLETIONS_DEFAULT_MAX_TOKENS)
@@ -109,7 +118,10 @@ def _spec(body, endpoint, model, ids, max_tokens, prompt_param, limits: Limits) 
         raise OpenAIError(f"the {prompt_param} is empty", param=prompt_param)
     bad = next((t for t in ids if not 0 <= t < limits.vocab_size), None)
     if bad is not None:
-        raise OpenAIError(f"token id {bad} is outside the vocabulary (size {limits.vocab_size})", param=prompt_param)
+        raise OpenAIError(
+            f"token id {bad} is outside the vocabulary (size {limits.vocab_size})",
+            param=prompt_param,
+        )
     total = len(ids) + max_tokens
     if total > limits.max_context_tokens:
         raise OpenAIError(
@@ -154,11 +166,15 @@ def _prompt_token_ids(prompt: Any, tokenizer: Tokenizer) -> list[int]:
         prompt = prompt[0]  # a batch of one
     if isinstance(prompt, str):
         return tokenizer.encode(prompt)
-    if isinstance(prompt, list) and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
+    if isinstance(prompt, list) and all(
+        isinstance(t, int) and not isinstance(t, bool) for t in prompt
+    ):
         return list(prompt)
     if prompt is None:
         raise OpenAIError("you must provide a prompt", param="prompt")
-    raise OpenAIError("prompt must be a string or a list of token ids (one prompt per request)", param="prompt")
+    raise OpenAIError(
+        "prompt must be a string or a list of token ids (one prompt per request)", param="prompt"
+    )
 
 
 def _messages(messages: Any) -> list[dict[str, str]]:
@@ -169,7 +185,9 @@ def _messages(messages: Any) -> list[dict[str, str]]:
     out = []
     for i, message in enumerate(messages):
         if not isinstance(message, dict) or not isinstance(message.get("role"), str):
-            raise OpenAIError(f"messages[{i}] must be an object with a role", param=f"messages[{i}]")
+            raise OpenAIError(
+                f"messages[{i}] must be an object with a role", param=f"messages[{i}]"
+            )
         out.append({"role": message["role"], "content": _content_text(message.get("content"), i)})
     return out
 
@@ -181,11 +199,19 @@ def _content_text(content: Any, i: int) -> str:
     if isinstance(content, list):
         parts = []
         for part in content:
-            if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
-                raise OpenAIError("only text content parts are supported", param=f"messages[{i}].content")
+            if (
+                not isinstance(part, dict)
+                or part.get("type") != "text"
+                or not isinstance(part.get("text"), str)
+            ):
+                raise OpenAIError(
+                    "only text content parts are supported", param=f"messages[{i}].content"
+                )
             parts.append(part["text"])
         return "".join(parts)
-    raise OpenAIError("content must be a string or a list of text parts", param=f"messages[{i}].content")
+    raise OpenAIError(
+        "content must be a string or a list of text parts", param=f"messages[{i}].content"
+    )
 
 
 def _sampling(body: dict) -> SamplingParams:
@@ -195,7 +221,9 @@ def _sampling(body: dict) -> SamplingParams:
         raise OpenAIError("stop sequences are not supported; use stop_token_ids", param="stop")
     temperature = _number_field(body, "temperature", 1.0)
     if not 0.0 <= temperature <= MAX_TEMPERATURE:
-        raise OpenAIError(f"temperature must be in [0, {MAX_TEMPERATURE}], got {temperature}", param="temperature")
+        raise OpenAIError(
+            f"temperature must be in [0, {MAX_TEMPERATURE}], got {temperature}", param="temperature"
+        )
     top_p = _number_field(body, "top_p", 1.0)
     if not 0.0 < top_p <= 1.0:
         raise OpenAIError(f"top_p must be in (0, 1], got {top_p}", param="top_p")
@@ -271,15 +299,31 @@ class ResponseShapes:
         out = []
         if not self._role_sent:
             self._role_sent = True
-            role = {"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}
+            role = {
+                "index": 0,
+                "delta": {"role": "assistant", "content": ""},
+                "logprobs": None,
+                "finish_reason": None,
+            }
             out.append(self._chunk("chat.completion.chunk", role))
         # "content" always: each chunk is a token, even one without text
-        choice = {"index": 0, "delta": {"content": text}, "logprobs": None, "finish_reason": finish_reason}
+        choice = {
+            "index": 0,
+            "delta": {"content": text},
+            "logprobs": None,
+            "finish_reason": finish_reason,
+        }
         out.append(self._chunk("chat.completion.chunk", choice))
         return out
 
     def _chunk(self, obj: str, choice: dict[str, Any]) -> dict[str, Any]:
-        out = {"id": self.id, "object": obj, "created": self.created, "model": self.spec.model, "choices": [choice]}
+        out = {
+            "id": self.id,
+            "object": obj,
+            "created": self.created,
+            "model": self.spec.model,
+            "choices": [choice],
+        }
         if self.spec.include_usage:
             out["usage"] = None
         return out
@@ -295,7 +339,9 @@ class ResponseShapes:
             "usage": usage(num_prompt_tokens, num_output_tokens),
         }
 
-    def whole(self, text: str, finish_reason: str | None, num_prompt_tokens: int, num_output_tokens: int) -> dict:
+    def whole(
+        self, text: str, finish_reason: str | None, num_prompt_tokens: int, num_output_tokens: int
+    ) -> dict:
         if self.spec.endpoint == "chat":
             choice = {
                 "index": 0,

@@ -28,7 +28,9 @@ def build_server(
 ) -> OpenAIServer:
     """Build the engine (weights and all) and the server state over it."""
     if engine_name == "openai":
-        raise ValueError("engine 'openai' is a client; llmperf-serve serves a local engine (reference, hf)")
+        raise ValueError(
+            "engine 'openai' is a client; llmperf-serve serves a local engine (reference, hf)"
+        )
     engine = build_engine(engine_name, **engine_options)
     model = str(engine_options.get("model", "tiny"))
     checkpoint = Path(model).expanduser()
@@ -77,7 +79,9 @@ class ServerThread:
             client = OpenAI(base_url=running.base_url, api_key="-")
     """
 
-    def __init__(self, app, host: str = DEFAULT_HOST, port: int = 0, startup_timeout_s: float = 60.0):
+    def __init__(
+        self, app, host: str = DEFAULT_HOST, port: int = 0, startup_timeout_s: float = 60.0
+    ):
         config = uvicorn.Config(
             app,
             host=host,
