@@ -1,0 +1,438 @@
+"""Hugging Face transformers' own `generate` as a peer baseline, on llmperf's presets and checkpoints.
+
+A preset gets exactly the reference engine's seeded random weights (the
+reference model is built, then its state dict moved into transformers'
+LlamaForCausalLM / Qwen2ForCausalLM), so both engines compute the same function;
+a checkpoint folder is loaded with `from_pretrained`. Batching is transformers':
+requests waiting when a batch ends are left-padded into one `generate` call of
+up to `max_batch_size` (static batching with its own KV cache); a batch runs
+until its longest member is done. A streamer stamps every token of every row as
+`generate` hands it over. `generate` runs on the engine's thread; events reach
+the caller's event loop as the reference engine's do.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import (
+    AutoConfig,
+    AutoModelForCausalLM,
+    GenerationConfig,
+    StoppingCriteria,
+    StoppingCriteriaList,
+)
+from transformers.generation.streamers import BaseStreamer
+
+from engines.base import Request, StepStat, TokenEvent
+from engines.reference.config import ModelConfig
+from engines.reference.tokenizer import load_tokenizer
+from engines.reference.weights import build_meta_model, materialize, resolve_model
+
+DEFAULT_MAX_MODEL_LEN = 4096
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+@dataclass
+class _Job:
+    request: Request
+    prompt_token_ids: list[int]
+    deliver: Callable[[TokenEvent], None]
+    output_token_ids: list[int] = field(default_factory=list)
+    finish_reason: str | None = None
+    aborted: bool = False
+    scheduled_s: float | None = None
+
+    @property
+    def batch_key(self) -> tuple:
+        """Requests share a generate() call only when they sample alike."""
+        s = self.request.sampling
+        return (s.temperature, s.top_k, s.top_p, s.ignore_eos, s.stop_token_ids)
+
+
+class HFEngine:
+    name = "hf"
+
+    def __init__(
+        self,
+        model: str = "tiny",
+        device: str = "cpu",
+        precision: str = "fp32",
+        max_batch_size: int = 8,
+        seed: int = 0,
+        attn_implementation: str = "sdpa",
+        max_model_len: int | None = None,
+    ):
+        if precision not in DTYPES:
+            raise ValueError(
+                f"unknown precision {precision!r} for engine hf; valid: {', '.join(DTYPES)}"
+            )
+        if max_batch_size < 1:
+            raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
+        self.device = torch.device(device)
+        self.seed = seed
+        self.model_name = model
+        self.options = dict(
+            device=device,
+            precision=precision,
+            max_batch_size=max_batch_size,
+            seed=seed,
+            attn_implementation=attn_implementation,
+        )
+        self.config, checkpoint = resolve_model(model)
+        limit = self.config.max_position_embeddings
+        self.max_model_len = min(max_model_len or min(limit, DEFAULT_MAX_MODEL_LEN), limit)
+        self.options["max_model_len"] = self.max_model_len
+        self.model = build_hf_model(
+            self.config,
+            checkpoint,
+            DTYPES[precision],
+            self.device,
+            seed,
+            self.max_model_len,
+            attn_implementation,
+        )
+        unique = {p.data_ptr(): p for p in self.model.parameters()}  # tied embeddings count once
+        self.weight_bytes = sum(p.numel() * p.element_size() for p in unique.values())
+        self.tokenizer = load_tokenizer(
+            checkpoint, self.config.vocab_size, self.config.eos_token_ids
+        )
+        self.pad_token_id = self.config.eos_token_ids[0] if self.config.eos_token_ids else 0
+
+        self._cond = threading.Condition()  # guards the queue, the job table and the flag
+        self._waiting: list[_Job] = []
+        self._jobs: dict[str, _Job] = {}
+        self._running = False
+        self._thread: threading.Thread | None = None
+        self._steps: list[StepStat] = []
+        self._num_batches = 0
+
+    # -- Engine protocol ---------------------------------------------------------------
+
+    def start(self) -> None:
+        with self._cond:
+            if self._running:
+                return
+            self._running = True
+        self._thread = threading.Thread(target=self._loop, name="hf-engine", daemon=True)
+        self._thread.start()
+
+    def is_alive(self) -> bool:
+        """False once the generate thread has died (requests would wait forever)."""
+        return self._thread is None or self._thread.is_alive()
+
+    def stop(self) -> None:
+        with self._cond:
+            self._running = False
+            for job in self._jobs.values():
+                job.aborted = True
+            waiting, self._waiting = self._waiting, []
+            self._cond.notify_all()
+        for job in waiting:
+            self._finish(job, "abort", time.perf_counter())
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+
+    async def stream(self, request: Request) -> AsyncIterator[TokenEvent]:
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[TokenEvent] = asyncio.Queue()
+
+        def deliver(event: TokenEvent) -> None:
+            if not loop.is_closed():
+                loop.call_soon_threadsafe(queue.put_nowait, event)
+
+        ids = request.prompt_token_ids
+        if ids is None:
+            ids = self.tokenizer.encode(request.prompt_text or "")
+        job = _Job(request, list(ids), deliver)
+        self._submit(job)
+        try:
+            while True:
+                event = await queue.get()
+                yield event
+                if event.finished:
+                    return
+        finally:
+            if job.finish_reason is None:
+                self.abort(request.id)
+
+    def abort(self, request_id: str) -> None:
+        with self._cond:
+            job = self._jobs.get(request_id)
+            if job is None:
+                return
+            job.aborted = True  # a running batch drops it at its next step
+            if job not in self._waiting:
+                return
+            self._waiting.remove(job)
+        self._finish(job, "abort", time.perf_counter())
+
+    def info(self) -> dict[str, Any]:
+        import transformers
+
+        return {
+            "name": self.name,
+            "model": self.model_name,
+            "model_config": self.config.to_dict(),
+            "params": self.config.num_params(),
+            "weight_bytes": self.weight_bytes,
+            "compute_dtype": str(self.model.dtype).removeprefix("torch."),
+            "transformers_version": transformers.__version__,
+            **self.options,
+        }
+
+    def step_stats(self) -> list[StepStat]:
+        return list(self._steps)
+
+    # -- requests ----------------------------------------------------------------------
+
+    def _submit(self, job: _Job) -> None:
+        error = self._check_fits(job)
+        if error is not None:
+            self._finish(job, "error", time.perf_counter(), error=error)
+            return
+        with self._cond:
+            self._jobs[job.request.id] = job
+            self._waiting.append(job)
+            self._cond.notify_all()
+
+    def _check_fits(self, job: _Job) -> str | None:
+        if not job.prompt_token_ids:
+            return "the prompt is empty"
+        bad = [t for t in job.prompt_token_ids if not 0 <= t < self.config.vocab_size]
+        if bad:
+            return f"token id {bad[0]} is outside the vocabulary (size {self.config.vocab_size})"
+        total = len(job.prompt_token_ids) + job.request.max_tokens
+        if total > self.max_model_len:
+            return (
+                f"prompt ({len(job.prompt_token_ids)} tokens) + max_tokens ({job.request.max_tokens}) "
+                f"exceeds max_model_len ({self.max_model_len})"
+            )
+        return None
+
+    def _finish(
+        self, job: _Job, reason: str, now: float, token: int | None = None, error: str | None = None
+    ) -> None:
+        job.finish_reason = reason
+        with self._cond:
+            self._jobs.pop(job.request.id, None)
+        job.deliver(self._event(job, token, now, finished=True, error=error))
+
+    def _event(
+        self,
+        job: _Job,
+        token: int | None,
+        now: float,
+        finished: bool = False,
+        error: str | None = None,
+    ) -> TokenEvent:
+        first = token is not None and len(job.output_token_ids) == 1
+        return TokenEvent(
+            request_id=job.request.id,
+            token_ids=() if token is None else (token,),
+            time_s=now,
+            finished=finished,
+            finish_reason=job.finish_reason if finished else None,
+            error=error,
+            num_prompt_tokens=len(job.prompt_token_ids) if finished else None,
+            num_output_tokens=len(job.output_token_ids) if finished else None,
+            scheduled_s=job.scheduled_s if first else None,
+        )
+
+    # -- the generate loop ---------------------------------------------------------------
+
+    def _loop(self) -> None:
+        while True:
+            with self._cond:
+                while self._running and not self._waiting:
+                    self._cond.wait()
+                if not self._running:
+                    return
+                batch = self._take_batch()
+            self._run_batch(batch)
+
+    def _take_batch(self) -> list[_Job]:
+        key = self._waiting[0].batch_key
+        batch = [j for j in self._waiting if j.batch_key == key][: self.options["max_batch_size"]]
+        for job in batch:
+            self._waiting.remove(job)
+        return batch
+
+    @torch.inference_mode()
+    def _run_batch(self, batch: list[_Job]) -> None:
+        start = time.perf_counter()
+        for job in batch:
+            job.scheduled_s = start
+        prompt_len = max(len(j.prompt_token_ids) for j in batch)
+        pad = self.pad_token_id
+        input_ids = torch.tensor(
+            [[pad] * (prompt_len - len(j.prompt_token_ids)) + j.prompt_token_ids for j in batch]
+        )
+        attention_mask = torch.tensor(
+            [
+                [0] * (prompt_len - len(j.prompt_token_ids)) + [1] * len(j.prompt_token_ids)
+                for j in batch
+            ]
+        )
+        sampling = batch[0].request.sampling
+        do_sample = sampling.temperature > 0
+        generation_config = GenerationConfig(
+            max_new_tokens=max(j.request.max_tokens for j in batch),
+            do_sample=do_sample,
+            temperature=sampling.temperature if do_sample else None,
+            top_k=sampling.top_k if do_sample else None,  # 0: no top-k filter
+            top_p=sampling.top_p if do_sample else None,
+            pad_token_id=pad,
+            eos_token_id=None if sampling.ignore_eos else list(self.config.eos_token_ids),
+        )
+        if do_sample:  # generate draws from torch's global generator; one seed per batch
+            torch.manual_seed(
+                sampling.seed
+                if sampling.seed is not None
+                else self.seed * 1_000_003 + self._num_batches
+            )
+        self._num_batches += 1
+        streamer = TimedStreamer(self, batch, prompt_len, start)
+        try:
+            self.model.generate(
+                input_ids=input_ids.to(self.device),
+                attention_mask=attention_mask.to(self.device),
+                generation_config=generation_config,
+                streamer=streamer,
+                stopping_criteria=StoppingCriteriaList([BatchStop(batch, prompt_len)]),
+            )
+        except Exception as err:  # a failed batch fails its requests, not the engine
+            for job in batch:
+                if job.finish_reason is None:
+                    self._finish(
+                        job, "error", time.perf_counter(), error=f"{type(err).__name__}: {err}"
+                    )
+        for job in batch:  # generate stopped before a row did (an abort ended the batch)
+            if job.finish_reason is None:
+                self._finish(job, "abort", time.perf_counter())
+
+    def _on_tokens(self, batch: list[_Job], tokens: list[int], now: float) -> None:
+        """One step's tokens, one per row; rows already finished are padding."""
+        for job, token in zip(batch, tokens, strict=True):
+            if job.finish_reason is not None:
+                continue
+            if job.aborted:
+                self._finish(job, "abort", now)
+                continue
+            job.output_token_ids.append(token)
+            s = job.request.sampling
+            if (
+                token in self.config.eos_token_ids and not s.ignore_eos
+            ) or token in s.stop_token_ids:
+                self._finish(job, "stop", now, token)
+            elif len(job.output_token_ids) >= job.request.max_tokens:
+                self._finish(job, "length", now, token)
+            else:
+                job.deliver(self._event(job, token, now))
+
+
+class TimedStreamer(BaseStreamer):
+    """Stamps each step's tokens as generate() hands them over; records the step."""
+
+    def __init__(self, engine: HFEngine, batch: list[_Job], prompt_len: int, start_s: float):
+        self.engine = engine
+        self.batch = batch
+        self.prompt_len = prompt_len
+        self.last_s = start_s
+        self.num_steps = 0
+
+    def put(self, value: torch.Tensor) -> None:
+        if value.dim() == 2:  # generate() first hands over the (padded) prompts
+            return
+        now = time.perf_counter()
+        batch = self.batch
+        active = [j for j in batch if j.finish_reason is None and not j.aborted]
+        prefill = self.num_steps == 0
+        real_prompt = sum(len(j.prompt_token_ids) for j in batch)
+        self.engine._steps.append(
+            StepStat(
+                start_s=self.last_s,
+                duration_s=now - self.last_s,
+                kind="prefill" if prefill else "decode",
+                num_seqs=len(active),
+                num_prefill_tokens=real_prompt if prefill else 0,
+                num_decode_tokens=0 if prefill else len(active),
+                padded_tokens=len(batch) * self.prompt_len - real_prompt
+                if prefill
+                else len(batch) - len(active),
+                context_tokens=len(batch) * (self.prompt_len + self.num_steps),
+                num_waiting=len(self.engine._waiting),
+            )
+        )
+        self.num_steps += 1
+        self.last_s = now
+        self.engine._on_tokens(batch, value.tolist(), now)
+
+    def end(self) -> None:
+        """Nothing held back: put() delivered every token."""
+
+
+class BatchStop(StoppingCriteria):
+    """Per row: done at its own max_tokens, at a stop token, or when aborted (EOS is generate's)."""
+
+    def __init__(self, batch: list[_Job], prompt_len: int):
+        self.batch = batch
+        self.prompt_len = prompt_len
+
+    def __call__(self, input_ids: torch.Tensor, scores, **kwargs) -> torch.Tensor:
+        num_generated = input_ids.shape[1] - self.prompt_len
+        last = input_ids[:, -1].tolist()
+        done = [
+            job.aborted
+            or job.finish_reason is not None
+            or num_generated >= job.request.max_tokens
+            or token in job.request.sampling.stop_token_ids
+            for job, token in zip(self.batch, last, strict=True)
+        ]
+        return torch.tensor(done, dtype=torch.bool, device=input_ids.device)
+
+
+def build_hf_model(
+    config: ModelConfig,
+    checkpoint: Path | None,
+    dtype: torch.dtype,
+    device: torch.device,
+    seed: int,
+    max_positions: int,
+    attn_implementation: str,
+):
+    """transformers' model: a checkpoint as from_pretrained loads it, or a preset with the
+    reference engine's seeded weights (same seed, dtype and device give the same tensors)."""
+    if checkpoint is not None:
+        model = AutoModelForCausalLM.from_pretrained(
+            checkpoint, dtype=dtype, attn_implementation=attn_implementation
+        )
+        return _without_generation_defaults(model.to(device).eval())
+    reference = materialize(build_meta_model(config, max_positions), None, dtype, device, seed)
+    state = {k: v for k, v in reference.state_dict().items() if not k.startswith("rotary")}
+    hf_dict = config.to_hf_dict()
+    hf_config = AutoConfig.for_model(hf_dict.pop("model_type"), **hf_dict)
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(
+            hf_config, dtype=dtype, attn_implementation=attn_implementation
+        )
+    model.load_state_dict(state, assign=True, strict=True)
+    rotary = model.model.rotary_emb  # its frequency buffers are not weights: compute them for real
+    model.model.rotary_emb = type(rotary)(config=hf_config).to(device)
+    return _without_generation_defaults(model.eval().requires_grad_(False))
+
+
+def _without_generation_defaults(model):
+    """generate() fills every setting a call leaves unset from the model's generation config
+    (a checkpoint's temperature, repetition penalty, EOS ids): clear it, so a request's
+    sampling settings are all that apply and ignore_eos really ignores EOS."""
+    model.generation_config = GenerationConfig()
+    return model

@@ -1,0 +1,384 @@
+"""An engine that streams from any OpenAI-compatible server: vLLM, SGLang, TGI, llama.cpp, llmperf-serve.
+
+HTTP runs on the engine's own thread and event loop with one shared httpx client
+(keep-alive connections, as many as the load needs), so the client outlives the
+load generator's loop and its receipt times do not wait on the load generator.
+Each SSE chunk becomes a `TokenEvent` stamped when its line arrived; the final
+event carries the usage chunk's counts (`stream_options.include_usage`), or,
+when the server sends none, the output text's length in tokens of the local
+tokenizer. A server error, a timeout or a dropped connection ends the request
+with finish_reason "error" and the reason; nothing raises into the caller.
+
+Chunks and tokens: servers send about one token per chunk, but not always its
+text (a partial character, a special token), so each chunk counts as one token
+arrival. Its `token_ids` are the local tokenizer's ids for the chunk's text, or
+`(UNKNOWN_TOKEN_ID,)` when the text is empty.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from engines.base import Request, TokenEvent, Tokenizer
+from engines.reference.tokenizer import BYTE_OFFSET, ByteTokenizer, HFTokenizer
+
+UNKNOWN_TOKEN_ID = -1  # a chunk whose text is empty: a token arrived, its id is not known
+ENDPOINTS = ("completions", "chat")
+PROMPT_FORMATS = ("text", "token_ids")
+STOP_TIMEOUT_S = 10.0
+MAX_ERROR_CHARS = 500
+
+
+class OpenAIEngine:
+    """Options:
+
+    base_url: the server's API root, e.g. http://localhost:8000/v1
+    model: the served model's name (what /v1/models lists)
+    endpoint: "completions" (/v1/completions) or "chat" (/v1/chat/completions)
+    prompt_format: "text" sends the prompt text (prompt_text, else the decoded
+        prompt_token_ids); "token_ids" sends the ids themselves, which vLLM, SGLang and
+        llmperf-serve accept on /v1/completions and which keeps prompt lengths exact
+    tokenizer: a tokenizer.json file (or a folder holding one) for decoding prompts and
+        counting tokens when the server sends no usage; None: the byte-level tokenizer
+    request_timeout_s: the most one request may take, from sending to its last chunk
+    connect_timeout_s: the most opening a connection may take
+    max_connections: connections kept to the server (at least the load's concurrency)
+    """
+
+    name = "openai"
+
+    def __init__(
+        self,
+        model: str,
+        base_url: str = "http://localhost:8000/v1",
+        api_key: str | None = None,
+        request_timeout_s: float = 600.0,
+        connect_timeout_s: float = 10.0,
+        tokenizer: str | None = None,
+        max_connections: int = 1024,
+        endpoint: str = "completions",
+        prompt_format: str = "text",
+    ):
+        if endpoint not in ENDPOINTS:
+            raise ValueError(f"unknown endpoint {endpoint!r}; valid: {', '.join(ENDPOINTS)}")
+        if prompt_format not in PROMPT_FORMATS:
+            raise ValueError(
+                f"unknown prompt_format {prompt_format!r}; valid: {', '.join(PROMPT_FORMATS)}"
+            )
+        if endpoint == "chat" and prompt_format == "token_ids":
+            raise ValueError(
+                "prompt_format 'token_ids' needs endpoint 'completions' (chat takes messages)"
+            )
+        for option, value in (
+            ("request_timeout_s", request_timeout_s),
+            ("connect_timeout_s", connect_timeout_s),
+        ):
+            if value <= 0:
+                raise ValueError(f"{option} must be > 0, got {value}")
+        if max_connections < 1:
+            raise ValueError(f"max_connections must be >= 1, got {max_connections}")
+        self.model = model
+        self.base_url = base_url.rstrip("/")
+        self.api_key = api_key
+        self.request_timeout_s = request_timeout_s
+        self.connect_timeout_s = connect_timeout_s
+        self.max_connections = max_connections
+        self.endpoint = endpoint
+        self.prompt_format = prompt_format
+        self.tokenizer_path = tokenizer
+        self.tokenizer: Tokenizer = load_client_tokenizer(tokenizer)
+        self.url = f"{self.base_url}/{'chat/completions' if endpoint == 'chat' else 'completions'}"
+        self._lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._http: httpx.AsyncClient | None = None
+        self._tasks: set[asyncio.Task] = set()
+
+    # -- Engine protocol ---------------------------------------------------------------
+
+    def start(self) -> None:
+        with self._lock:
+            if self._thread is not None:
+                return
+            ready = threading.Event()
+            self._thread = threading.Thread(
+                target=self._run_loop, args=(ready,), name="openai-http", daemon=True
+            )
+            self._thread.start()
+            ready.wait()
+
+    def stop(self) -> None:
+        """Ends open streams with finish_reason "abort" and closes the connections."""
+        with self._lock:
+            loop, thread = self._loop, self._thread
+            if thread is None:
+                return
+            asyncio.run_coroutine_threadsafe(self._shutdown(), loop).result(STOP_TIMEOUT_S)
+            loop.call_soon_threadsafe(loop.stop)
+            thread.join()
+            loop.close()
+            self._loop = self._thread = self._http = None
+
+    async def stream(self, request: Request) -> AsyncIterator[TokenEvent]:
+        self.start()
+        caller = asyncio.get_running_loop()
+        queue: asyncio.Queue[TokenEvent] = asyncio.Queue()
+
+        def deliver(event: TokenEvent) -> None:
+            if not caller.is_closed():
+                caller.call_soon_threadsafe(queue.put_nowait, event)
+
+        future = asyncio.run_coroutine_threadsafe(self._exchange(request, deliver), self._loop)
+        try:
+            while True:
+                event = await queue.get()
+                yield event
+                if event.finished:
+                    return
+        finally:
+            future.cancel()  # the caller stopped listening: drop the connection, the server aborts
+
+    def info(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "model": self.model,
+            "base_url": self.base_url,
+            "endpoint": self.endpoint,
+            "prompt_format": self.prompt_format,
+            "tokenizer": self.tokenizer_path,
+            "request_timeout_s": self.request_timeout_s,
+            "connect_timeout_s": self.connect_timeout_s,
+            "max_connections": self.max_connections,
+        }
+
+    # -- the HTTP thread ---------------------------------------------------------------
+
+    def _run_loop(self, ready: threading.Event) -> None:
+        self._loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(self._loop)
+        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        self._http = httpx.AsyncClient(
+            headers=headers,
+            timeout=httpx.Timeout(
+                connect=self.connect_timeout_s,
+                read=self.request_timeout_s,
+                write=self.request_timeout_s,
+                pool=None,  # waiting for a free connection counts against request_timeout_s
+            ),
+            limits=httpx.Limits(
+                max_connections=self.max_connections, max_keepalive_connections=self.max_connections
+            ),
+        )
+        ready.set()
+        self._loop.run_forever()
+
+    async def _shutdown(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self._http.aclose()
+
+    async def _exchange(self, request: Request, deliver: Callable[[TokenEvent], None]) -> None:
+        """One request, start to finish; always delivers a final event (unless the caller left)."""
+        task = asyncio.current_task()
+        self._tasks.add(task)
+        state = _StreamState(request)
+        try:
+            await asyncio.wait_for(self._post(request, state, deliver), self.request_timeout_s)
+            final = self._final_event(request, state)
+        except asyncio.CancelledError:
+            deliver(state.end(time.perf_counter(), "abort", "the engine stopped"))
+            raise
+        except asyncio.TimeoutError:
+            final = state.end(
+                time.perf_counter(), "error", f"timed out after {self.request_timeout_s} s"
+            )
+        except httpx.TimeoutException as err:  # connect_timeout_s, or no byte for request_timeout_s
+            final = state.end(time.perf_counter(), "error", f"timeout: {type(err).__name__}: {err}")
+        except httpx.HTTPError as err:
+            final = state.end(
+                time.perf_counter(), "error", f"connection failed: {type(err).__name__}: {err}"
+            )
+        except ServerError as err:
+            final = state.end(time.perf_counter(), "error", str(err))
+        except (
+            Exception
+        ) as err:  # a malformed stream, a server error: this request fails, the run goes on
+            final = state.end(time.perf_counter(), "error", f"{type(err).__name__}: {err}")
+        finally:
+            self._tasks.discard(task)
+        deliver(final)
+
+    async def _post(
+        self, request: Request, state: _StreamState, deliver: Callable[[TokenEvent], None]
+    ) -> None:
+        headers = {"X-Request-Id": request.id}
+        async with self._http.stream(
+            "POST", self.url, json=self._body(request), headers=headers
+        ) as response:
+            if response.status_code >= 400:
+                raw = await response.aread()
+                raise ServerError(f"HTTP {response.status_code}: {error_message(raw)}")
+            async for line in response.aiter_lines():
+                now = time.perf_counter()
+                if not line.startswith("data:"):
+                    continue  # blank separators, comments, event names
+                data = line[5:].strip()
+                if data == "[DONE]":
+                    state.done = True  # read on to the end of the body, so the connection is reused
+                    continue
+                for event in state.on_chunk(json.loads(data), now, self.tokenizer):
+                    deliver(event)
+
+    def _body(self, request: Request) -> dict[str, Any]:
+        s = request.sampling
+        body: dict[str, Any] = {
+            "model": self.model,
+            "max_tokens": request.max_tokens,
+            "temperature": s.temperature,
+            "top_p": s.top_p,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+        if s.top_k:
+            body["top_k"] = s.top_k
+        if s.seed is not None:
+            body["seed"] = s.seed
+        if s.ignore_eos:
+            body["ignore_eos"] = True  # an extra field; vLLM, SGLang, llmperf-serve honour it
+        if s.stop_token_ids:
+            body["stop_token_ids"] = list(s.stop_token_ids)
+        if self.endpoint == "chat":
+            body["messages"] = [{"role": "user", "content": self._prompt_text(request)}]
+        elif self.prompt_format == "token_ids" and request.prompt_token_ids is not None:
+            body["prompt"] = list(request.prompt_token_ids)
+        else:
+            body["prompt"] = self._prompt_text(request)
+        return body
+
+    def _prompt_text(self, request: Request) -> str:
+        if request.prompt_text is not None:
+            return request.prompt_text
+        return self.tokenizer.decode(list(request.prompt_token_ids))
+
+    def _final_event(self, request: Request, state: _StreamState) -> TokenEvent:
+        now = time.perf_counter()
+        if state.finish_reason is None and not state.done:
+            return state.end(now, "error", "the server closed the stream before it finished")
+        usage = state.usage or {}
+        num_output = usage.get("completion_tokens")
+        if num_output is None:
+            num_output = len(self.tokenizer.encode("".join(state.texts)))
+        num_prompt = usage.get("prompt_tokens")
+        if num_prompt is None:
+            ids = request.prompt_token_ids
+            num_prompt = (
+                len(ids) if ids is not None else len(self.tokenizer.encode(request.prompt_text))
+            )
+        return TokenEvent(
+            request_id=request.id,
+            token_ids=(),
+            time_s=now,
+            finished=True,
+            finish_reason=state.finish_reason or "stop",
+            num_prompt_tokens=num_prompt,
+            num_output_tokens=num_output,
+        )
+
+
+class ServerError(Exception):
+    """The server answered with an error status or an error event."""
+
+
+@dataclass
+class _StreamState:
+    """What one response has said so far."""
+
+    request: Request
+    texts: list[str] = field(default_factory=list)
+    finish_reason: str | None = None
+    usage: dict[str, int] | None = None
+    done: bool = False
+
+    def on_chunk(self, chunk: dict[str, Any], now: float, tokenizer: Tokenizer) -> list[TokenEvent]:
+        if "error" in chunk:
+            raise ServerError(f"error event: {error_message(json.dumps(chunk))}")
+        if chunk.get("usage"):
+            self.usage = chunk["usage"]
+        events = []
+        for choice in chunk.get("choices") or ():
+            text = choice_text(choice)
+            self.finish_reason = choice.get("finish_reason") or self.finish_reason
+            if text is None:
+                continue
+            self.texts.append(text)
+            ids = tuple(tokenizer.encode(text)) if text else ()
+            events.append(TokenEvent(self.request.id, ids or (UNKNOWN_TOKEN_ID,), now, text=text))
+        return events
+
+    def end(self, now: float, reason: str, error: str | None) -> TokenEvent:
+        return TokenEvent(
+            self.request.id, (), now, finished=True, finish_reason=reason, error=error
+        )
+
+
+def choice_text(choice: dict[str, Any]) -> str | None:
+    """The text a choice adds, or None when it carries no token (chat's role announcement)."""
+    if "delta" not in choice:
+        text = choice.get("text")
+        return None if text is None else text
+    delta = choice["delta"] or {}
+    content = delta.get("content") or ""
+    if not content and delta.get("role") and choice.get("finish_reason") is None:
+        return None
+    if "content" not in delta and choice.get("finish_reason") is not None:
+        return None  # an end marker with an empty delta
+    return content
+
+
+def error_message(raw: bytes | str) -> str:
+    """The message of an error body in the shapes servers use (OpenAI, vLLM, TGI, FastAPI)."""
+    text = raw.decode("utf-8", errors="replace") if isinstance(raw, bytes) else raw
+    try:
+        body = json.loads(text)
+    except ValueError:
+        return text.strip()[:MAX_ERROR_CHARS]
+    if isinstance(body, dict):
+        err = body.get("error", body)
+        if isinstance(err, dict):
+            err = err.get("message") or err.get("detail") or err
+        message = err if isinstance(err, str) else body.get("message") or body.get("detail") or body
+        return str(message)[:MAX_ERROR_CHARS]
+    return text.strip()[:MAX_ERROR_CHARS]
+
+
+def load_client_tokenizer(path: str | None) -> Tokenizer:
+    """A tokenizer.json (a file, or a folder holding one); None: bytes as ids 3..258."""
+    if path is None:
+        return ByteTokenizer(256 + BYTE_OFFSET)
+    file = Path(path).expanduser()
+    if file.is_dir():
+        file = file / "tokenizer.json"
+    if not file.is_file():
+        raise FileNotFoundError(f"tokenizer {path!r}: no tokenizer.json there")
+    from tokenizers import Tokenizer as RawTokenizer
+
+    vocab_size = RawTokenizer.from_file(str(file)).get_vocab_size()
+    return HFTokenizer(file, vocab_size, _eos_token_ids(file.parent))
+
+
+def _eos_token_ids(folder: Path) -> tuple[int, ...]:
+    config = folder / "config.json"
+    if not config.is_file():
+        return ()
+    eos = json.loads(config.read_text(encoding="utf-8")).get("eos_token_id")
+    return tuple(eos) if isinstance(eos, list) else (() if eos is None else (eos,))

@@ -1,0 +1,3 @@
+from llmperf.serve.cli import main
+
+main()

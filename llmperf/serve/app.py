@@ -1,0 +1,317 @@
+"""The OpenAI-compatible HTTP app over one engine (Starlette; run by uvicorn).
+
+The engine's step loop runs on its own thread and hands events to this event
+loop; each response streams them as they come. A client that disconnects
+aborts its request in the engine. Every request ends as a `ServedRequest` in
+the metrics (and the request log when one is set).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import anyio
+from jinja2.exceptions import TemplateError
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request as HTTPRequest
+from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from engines.base import Engine, Request
+from llmperf.serve.chat_template import DEFAULT_CHAT_TEMPLATE, compile_chat_template
+from llmperf.serve.detokenize import IncrementalDetokenizer
+from llmperf.serve.metrics import EngineLoad, RequestLog, ServedRequest, ServerMetrics
+from llmperf.serve.protocol import (
+    GenerationSpec,
+    Limits,
+    OpenAIError,
+    ResponseShapes,
+    parse_body,
+    parse_chat,
+    parse_completion,
+    sse,
+)
+
+SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+
+
+class ClosingStreamingResponse(StreamingResponse):
+    """Closes its body generator however the response ends, so the request is finished and
+    aborted in the engine right away, not when the generator is garbage-collected."""
+
+    async def __call__(self, scope, receive, send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            with anyio.CancelScope(shield=True):
+                await self.body_iterator.aclose()
+
+
+class OpenAIServer:
+    """Route handlers and the state they share: engine, limits, metrics, log."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        served_model_name: str,
+        api_key: str | None = None,
+        request_log: RequestLog | None = None,
+        render_chat: Callable[[list[dict]], str] | None = None,
+    ):
+        self.engine = engine
+        self.served_model_name = served_model_name
+        self.api_key = api_key
+        self.request_log = request_log
+        self.render_chat = render_chat or compile_chat_template(DEFAULT_CHAT_TEMPLATE, {})
+        self.tokenizer = engine.tokenizer
+        self.limits = Limits(
+            max_context_tokens=context_limit(engine), vocab_size=self.tokenizer.vocab_size
+        )
+        self.metrics = ServerMetrics(served_model_name)
+        self.created = int(time.time())
+
+    # -- routes ----------------------------------------------------------------------------
+
+    async def completions(self, http: HTTPRequest) -> Response:
+        return await self._generate(http, "completions")
+
+    async def chat_completions(self, http: HTTPRequest) -> Response:
+        return await self._generate(http, "chat")
+
+    async def models(self, http: HTTPRequest) -> Response:
+        self._authorize(http)
+        model = {
+            "id": self.served_model_name,
+            "object": "model",
+            "created": self.created,
+            "owned_by": "llmperf",
+            "max_model_len": self.limits.max_context_tokens,
+        }
+        return JSONResponse({"object": "list", "data": [model]})
+
+    async def health(self, http: HTTPRequest) -> Response:
+        if not engine_is_alive(self.engine):
+            return JSONResponse({"status": "engine stopped"}, status_code=503)
+        return JSONResponse({"status": "ok"})
+
+    async def prometheus(self, http: HTTPRequest) -> Response:
+        load = engine_load(self.engine, self.metrics.num_in_flight)
+        return PlainTextResponse(self.metrics.render(load), media_type="text/plain; version=0.0.4")
+
+    # -- generation ------------------------------------------------------------------------
+
+    async def _generate(self, http: HTTPRequest, endpoint: str) -> Response:
+        arrival_s, arrival_unix_s = time.perf_counter(), time.time()
+        self._authorize(http)
+        if not engine_is_alive(self.engine):
+            raise OpenAIError(
+                "the engine has stopped; see the server's log", status=503, type="server_error"
+            )
+        body = parse_body(await http.body())
+        try:
+            if endpoint == "chat":
+                spec = parse_chat(
+                    body, self.served_model_name, self.tokenizer, self.limits, self.render_chat
+                )
+            else:
+                spec = parse_completion(body, self.served_model_name, self.tokenizer, self.limits)
+        except TemplateError as err:
+            raise OpenAIError(
+                f"the chat template failed on these messages: {err}", param="messages"
+            ) from None
+        prefix = "chatcmpl" if endpoint == "chat" else "cmpl"
+        served = ServedRequest(
+            id=f"{prefix}-{uuid.uuid4().hex}",
+            endpoint=endpoint,
+            arrival_s=arrival_s,
+            arrival_unix_s=arrival_unix_s,
+            client_request_id=http.headers.get("x-request-id"),
+            num_prompt_tokens=len(spec.prompt_token_ids),
+        )
+        if spec.stream:
+            return ClosingStreamingResponse(
+                self._stream(spec, served), media_type="text/event-stream", headers=SSE_HEADERS
+            )
+        return await self._whole(http, spec, served)
+
+    async def _stream(self, spec: GenerationSpec, served: ServedRequest) -> AsyncIterator[bytes]:
+        """SSE body. Cancelled by Starlette when the client disconnects (which aborts the request)."""
+        shapes = ResponseShapes(spec, served.id)
+        pieces = self._pieces(spec, served)
+        self.metrics.num_in_flight += 1
+        try:
+            try:
+                async for text, finish_reason in pieces:
+                    yield b"".join(sse(c) for c in shapes.chunks(text, finish_reason))
+                if spec.include_usage:
+                    yield sse(
+                        shapes.usage_chunk(served.num_prompt_tokens, served.num_output_tokens)
+                    )
+            except OpenAIError as err:  # after the 200 headers: the error travels as an event
+                yield sse(err.to_dict())
+            yield sse("[DONE]")
+        finally:
+            with anyio.CancelScope(shield=True):
+                await pieces.aclose()
+            self._finish(served)
+
+    async def _whole(
+        self, http: HTTPRequest, spec: GenerationSpec, served: ServedRequest
+    ) -> Response:
+        async def collect() -> str:
+            return "".join([text async for text, _ in self._pieces(spec, served)])
+
+        self.metrics.num_in_flight += 1
+        try:
+            work = asyncio.ensure_future(collect())
+            gone = asyncio.ensure_future(wait_for_disconnect(http))
+            await asyncio.wait({work, gone}, return_when=asyncio.FIRST_COMPLETED)
+            gone.cancel()
+            if not work.done():  # nobody is left to answer
+                work.cancel()
+                await asyncio.gather(work, return_exceptions=True)
+                return Response(status_code=499)
+            text = work.result()
+        finally:
+            self._finish(served)
+        shapes = ResponseShapes(spec, served.id)
+        return JSONResponse(
+            shapes.whole(
+                text, served.finish_reason, served.num_prompt_tokens, served.num_output_tokens
+            )
+        )
+
+    async def _pieces(
+        self, spec: GenerationSpec, served: ServedRequest
+    ) -> AsyncIterator[tuple[str, str | None]]:
+        """(text, finish_reason) per engine event that carries tokens or the end; records timings."""
+        request = Request(
+            id=served.id,
+            max_tokens=spec.max_tokens,
+            prompt_token_ids=spec.prompt_token_ids,
+            sampling=spec.sampling,
+        )
+        detokenizer = IncrementalDetokenizer(self.tokenizer)
+        stream = self.engine.stream(request)
+        try:
+            async for event in stream:
+                if event.scheduled_s is not None:
+                    served.scheduled_s = event.scheduled_s
+                text = ""
+                if event.token_ids:
+                    served.first_token_s = served.first_token_s or event.time_s
+                    served.last_token_s = event.time_s
+                    served.num_output_tokens += len(event.token_ids)
+                    text = detokenizer.add(event.token_ids)
+                if event.finished:
+                    served.finish_reason = event.finish_reason
+                    served.error = event.error
+                    if event.error:
+                        raise OpenAIError(event.error, status=500, type="server_error")
+                    yield text + detokenizer.flush(), event.finish_reason
+                    return
+                if event.token_ids:
+                    yield text, None
+        finally:
+            with anyio.CancelScope(shield=True):  # runs even while the response is being cancelled
+                await stream.aclose()
+
+    def _finish(self, served: ServedRequest) -> None:
+        self.metrics.num_in_flight -= 1
+        if served.finish_reason is None:
+            served.finish_reason = "abort"  # the client went away first
+        self.metrics.on_finished(served)
+        if self.request_log is not None:
+            self.request_log.write(served)
+
+    def _authorize(self, http: HTTPRequest) -> None:
+        if self.api_key is None:
+            return
+        given = http.headers.get("authorization", "").removeprefix("Bearer ").strip()
+        if not hmac.compare_digest(given.encode(), self.api_key.encode()):
+            raise OpenAIError("Incorrect API key provided.", status=401, code="invalid_api_key")
+
+
+def engine_is_alive(engine: Engine) -> bool:
+    """An engine whose step thread died would leave requests waiting forever; engines that
+    can tell say so through an `is_alive()` method."""
+    is_alive = getattr(engine, "is_alive", None)
+    return True if is_alive is None else bool(is_alive())
+
+
+def context_limit(engine: Engine) -> int:
+    """Prompt + output tokens one request may have: the context length, and the KV cache's size."""
+    limit = engine.max_model_len
+    kv = getattr(engine, "kv", None)
+    if kv is not None:
+        limit = min(limit, kv.num_blocks * kv.block_size)
+    return limit
+
+
+def engine_load(engine: Engine, num_in_flight: int) -> EngineLoad:
+    """Running/waiting from the engine's scheduler when it has one; else all in flight run."""
+    scheduler = getattr(engine, "scheduler", None)
+    num_running = len(scheduler.running) if scheduler is not None else num_in_flight
+    num_running = min(num_running, num_in_flight)
+    kv = getattr(engine, "kv", None)
+    usage = None if kv is None else 1.0 - kv.num_free_blocks / kv.num_blocks
+    return EngineLoad(num_running, num_in_flight - num_running, usage)
+
+
+async def wait_for_disconnect(http: HTTPRequest) -> None:
+    while (await http.receive())["type"] != "http.disconnect":
+        pass
+
+
+def _error_response(err: OpenAIError) -> JSONResponse:
+    return JSONResponse(err.to_dict(), status_code=err.status)
+
+
+async def _openai_error(http: HTTPRequest, err: Exception) -> Response:
+    return _error_response(err)
+
+
+async def _http_error(http: HTTPRequest, err: Exception) -> Response:
+    assert isinstance(err, HTTPException)
+    code = "not_found" if err.status_code == 404 else None
+    return _error_response(
+        OpenAIError(f"{http.method} {http.url.path}: {err.detail}", err.status_code, code=code)
+    )
+
+
+async def _server_error(http: HTTPRequest, err: Exception) -> Response:
+    message = f"internal error: {type(err).__name__}: {err}"
+    return _error_response(OpenAIError(message, status=500, type="server_error"))
+
+
+def build_app(server: OpenAIServer, manage_engine: bool = True) -> Starlette:
+    """The Starlette app. With `manage_engine`, the app starts the engine and stops it on shutdown."""
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[dict[str, Any]]:
+        if manage_engine:
+            server.engine.start()
+        try:
+            yield {}
+        finally:
+            if manage_engine:
+                server.engine.stop()
+            if server.request_log is not None:
+                server.request_log.close()
+
+    routes = [
+        Route("/v1/completions", server.completions, methods=["POST"]),
+        Route("/v1/chat/completions", server.chat_completions, methods=["POST"]),
+        Route("/v1/models", server.models, methods=["GET"]),
+        Route("/health", server.health, methods=["GET"]),
+        Route("/metrics", server.prometheus, methods=["GET"]),
+    ]
+    handlers = {OpenAIError: _openai_error, HTTPException: _http_error, Exception: _server_error}
+    return Starlette(routes=routes, exception_handlers=handlers, lifespan=lifespan)

@@ -1,0 +1,395 @@
+"""engine=openai: streams from an OpenAI-compatible server; a server error, a timeout, a dropped
+connection or a killed server fail only the requests they hit, with finish_reason "error"."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from starlette.applications import Starlette
+from starlette.requests import Request as HTTPRequest
+from starlette.responses import JSONResponse, StreamingResponse
+from starlette.routing import Route
+
+from engines.base import Request, SamplingParams
+from engines.openai_http import UNKNOWN_TOKEN_ID, OpenAIEngine, choice_text, error_message
+from engines.registry import build_engine
+from llmperf.serve.app import build_app
+from llmperf.serve.server import ServerThread, build_server
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+GREEDY_EXACT = SamplingParams(temperature=0.0, ignore_eos=True)
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    log_path = tmp_path_factory.mktemp("openai") / "served.jsonl"
+    server = build_server(
+        {"model": "tiny", "num_kv_blocks": 128, "max_model_len": 256}, request_log=log_path
+    )
+    with ServerThread(build_app(server)) as running:
+        yield running, server, log_path
+
+
+def collect(engine: OpenAIEngine, requests: list[Request]) -> list[list]:
+    async def one(request):
+        return [event async for event in engine.stream(request)]
+
+    async def run_all():
+        return await asyncio.gather(*(one(r) for r in requests))
+
+    return asyncio.run(run_all())
+
+
+def test_registry_builds_it_with_the_config_tree_options():
+    engine = build_engine(
+        "openai",
+        model="m",
+        base_url="http://127.0.0.1:1/v1/",
+        api_key="EMPTY",
+        request_timeout_s=5.0,
+        connect_timeout_s=1.0,
+        tokenizer=None,
+    )
+    assert engine.url == "http://127.0.0.1:1/v1/completions"
+    assert engine.info()["endpoint"] == "completions"
+
+
+def test_streams_the_requested_token_count_with_a_time_per_chunk(served):
+    running, server, log_path = served
+    engine = OpenAIEngine(model="tiny", base_url=running.base_url, prompt_format="token_ids")
+    requests = [
+        Request(
+            id=f"count-{i}",
+            max_tokens=3 + i,
+            prompt_token_ids=[5 + i] * (4 + i),
+            sampling=GREEDY_EXACT,
+        )
+        for i in range(6)
+    ]
+    expected = server.engine.generate(
+        [r.prompt_token_ids for r in requests], max_tokens=8, ignore_eos=True
+    )
+    try:
+        results = collect(engine, requests)
+    finally:
+        engine.stop()
+    logged = {
+        row["client_request_id"]: row
+        for row in map(json.loads, log_path.read_text().split("\n")[:-1])
+    }
+    for request, events, want in zip(requests, results, expected, strict=True):
+        *chunks, final = events
+        assert len(chunks) == request.max_tokens
+        assert (final.finish_reason, final.error) == ("length", None)
+        assert (final.num_output_tokens, final.num_prompt_tokens) == (
+            request.max_tokens,
+            len(request.prompt_token_ids),
+        )
+        text = server.tokenizer.decode(want.token_ids[: request.max_tokens])
+        assert "".join(e.text for e in chunks) == text
+        for event in chunks:  # ids of the chunk's text, or one unknown token for an empty chunk
+            assert event.token_ids == (
+                tuple(server.tokenizer.encode(event.text)) or (UNKNOWN_TOKEN_ID,)
+            )
+        times = [e.time_s for e in events]
+        assert times == sorted(times)
+        row = logged[
+            request.id
+        ]  # same process, same perf_counter clock: a chunk arrives after its token
+        assert row["first_token_s"] <= chunks[0].time_s < row["first_token_s"] + 2.0
+        assert row["last_token_s"] <= chunks[-1].time_s
+
+
+def test_200_concurrent_streams_finish_without_errors_or_leftover_tasks(served):
+    running, _, _ = served
+    engine = OpenAIEngine(model="tiny", base_url=running.base_url, prompt_format="token_ids")
+    requests = [
+        Request(id=f"c{i}", max_tokens=2, prompt_token_ids=[3 + i, 4, 5], sampling=GREEDY_EXACT)
+        for i in range(200)
+    ]
+
+    async def run_all():
+        async def one(request):
+            return [event async for event in engine.stream(request)]
+
+        results = await asyncio.gather(*(one(r) for r in requests))
+        return results, asyncio.all_tasks() - {asyncio.current_task()}
+
+    try:
+        results, leftover = asyncio.run(run_all())
+        assert not leftover and not engine._tasks  # nothing left on either loop
+    finally:
+        engine.stop()
+    assert [
+        (len(events), events[-1].finish_reason, events[-1].num_output_tokens) for events in results
+    ] == [(3, "length", 2)] * 200
+
+
+def test_text_prompts_and_the_chat_endpoint(served):
+    running, server, _ = served
+    text = "the quick brown fox"
+    completions = OpenAIEngine(model="tiny", base_url=running.base_url)
+    chat = OpenAIEngine(model="tiny", base_url=running.base_url, endpoint="chat")
+    try:
+        [plain] = collect(
+            completions, [Request(id="t", max_tokens=4, prompt_text=text, sampling=GREEDY_EXACT)]
+        )
+        [talk] = collect(
+            chat, [Request(id="c", max_tokens=5, prompt_text=text, sampling=GREEDY_EXACT)]
+        )
+    finally:
+        completions.stop()
+        chat.stop()
+    assert (plain[-1].num_output_tokens, plain[-1].num_prompt_tokens) == (4, len(text.encode()))
+    expected = server.engine.generate([text], max_tokens=4, ignore_eos=True)[0].text
+    assert "".join(e.text for e in plain[:-1]) == expected
+    assert len(talk) == 6 and talk[-1].num_output_tokens == 5
+    assert talk[-1].num_prompt_tokens == len(f"user: {text}\nassistant:".encode())
+
+
+def test_a_4xx_from_the_server_fails_that_request_only(served):
+    running, _, _ = served
+    engine = OpenAIEngine(model="tiny", base_url=running.base_url, prompt_format="token_ids")
+    too_long = Request(id="long", max_tokens=10, prompt_token_ids=[7] * 250, sampling=GREEDY_EXACT)
+    fine = Request(id="fine", max_tokens=2, prompt_token_ids=[7] * 5, sampling=GREEDY_EXACT)
+    try:
+        bad, good = collect(engine, [too_long, fine])
+    finally:
+        engine.stop()
+    assert bad[-1].finish_reason == "error"
+    assert bad[-1].error.startswith("HTTP 400: This model's maximum context length is 256 tokens")
+    assert good[-1].finish_reason == "length" and good[-1].num_output_tokens == 2
+
+
+def test_stop_ends_open_streams_with_abort(served):
+    running, server, _ = served
+    engine = OpenAIEngine(model="tiny", base_url=running.base_url, prompt_format="token_ids")
+    request = Request(id="stopped", max_tokens=240, prompt_token_ids=[9] * 4, sampling=GREEDY_EXACT)
+
+    async def run():
+        events = []
+        async for event in engine.stream(request):
+            events.append(event)
+            if len(events) == 1:
+                await asyncio.to_thread(engine.stop)
+        return events
+
+    events = asyncio.run(run())
+    assert events[-1].finish_reason == "abort"
+    assert len(events) < 240
+
+
+# -- misbehaving servers ------------------------------------------------------------------
+
+
+def chunk(text: str, finish_reason: str | None = None) -> bytes:
+    body = {
+        "id": "x",
+        "object": "text_completion",
+        "choices": [{"index": 0, "text": text, "finish_reason": finish_reason}],
+    }
+    return f"data: {json.dumps(body)}\n\n".encode()
+
+
+async def fake_completions(http: HTTPRequest):
+    behaviour = (await http.json())["model"]
+    if behaviour == "fails":
+        return JSONResponse(
+            {
+                "error": {
+                    "message": "out of memory",
+                    "type": "server_error",
+                    "param": None,
+                    "code": None,
+                }
+            },
+            500,
+        )
+
+    async def no_usage():
+        for text in ("ab", "", "cd"):
+            yield chunk(text)
+        yield chunk("e", "stop")
+        yield b"data: [DONE]\n\n"
+
+    async def stalls():
+        yield chunk("a")
+        await asyncio.sleep(60)
+
+    async def drops():
+        yield chunk("a")
+        raise ConnectionAbortedError(
+            "the server went away"
+        )  # uvicorn closes the connection mid-body
+
+    async def truncated():
+        yield chunk("a")
+
+    bodies = {"no-usage": no_usage, "stalls": stalls, "drops": drops, "truncated": truncated}
+    return StreamingResponse(bodies[behaviour](), media_type="text/event-stream")
+
+
+@pytest.fixture(scope="module")
+def fake_server():
+    app = Starlette(routes=[Route("/v1/completions", fake_completions, methods=["POST"])])
+    with ServerThread(app) as running:
+        yield running
+
+
+def run_one(fake_server, behaviour: str, **options) -> tuple[list, float]:
+    engine = OpenAIEngine(model=behaviour, base_url=fake_server.base_url, **options)
+    start = time.perf_counter()
+    try:
+        [events] = collect(engine, [Request(id=behaviour, max_tokens=4, prompt_text="x")])
+    finally:
+        engine.stop()
+    return events, time.perf_counter() - start
+
+
+def test_without_a_usage_chunk_tokens_are_counted_by_tokenizing(fake_server):
+    events, _ = run_one(fake_server, "no-usage")
+    *chunks, final = events
+    assert [e.text for e in chunks] == ["ab", "", "cd", "e"]
+    assert [e.token_ids for e in chunks] == [
+        (100, 101),
+        (UNKNOWN_TOKEN_ID,),
+        (102, 103),
+        (104,),
+    ]  # bytes + 3
+    assert (final.finish_reason, final.num_output_tokens, final.num_prompt_tokens) == ("stop", 5, 1)
+
+
+@pytest.mark.parametrize(
+    ("behaviour", "error"),
+    [
+        ("fails", "HTTP 500: out of memory"),
+        ("drops", "connection failed: RemoteProtocolError"),
+        ("truncated", "the server closed the stream before it finished"),
+    ],
+)
+def test_server_failures_end_the_request_with_an_error(fake_server, behaviour, error):
+    events, _ = run_one(fake_server, behaviour)
+    assert events[-1].finished and events[-1].finish_reason == "error"
+    assert events[-1].error.startswith(error)
+
+
+def test_a_stalled_stream_times_out(fake_server):
+    events, elapsed_s = run_one(fake_server, "stalls", request_timeout_s=0.5)
+    assert [e.text for e in events[:-1]] == ["a"]
+    assert events[-1].finish_reason == "error" and "timed out after 0.5 s" in events[-1].error
+    assert 0.5 <= elapsed_s < 5.0
+
+
+def test_nothing_listening_fails_fast():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed again: nothing listens there
+    engine = OpenAIEngine(model="m", base_url=f"http://127.0.0.1:{port}/v1", connect_timeout_s=2.0)
+    try:
+        [events] = collect(engine, [Request(id="r", max_tokens=2, prompt_text="x")])
+    finally:
+        engine.stop()
+    assert events[-1].finish_reason == "error" and "ConnectError" in events[-1].error
+
+
+def test_error_bodies_in_each_servers_shape():
+    assert error_message(b'{"error": {"message": "bad", "type": "x"}}') == "bad"
+    assert error_message(b'{"object": "error", "message": "vllm says"}') == "vllm says"
+    assert error_message(b'{"error": "tgi says", "error_type": "validation"}') == "tgi says"
+    assert error_message(b'{"detail": "fastapi says"}') == "fastapi says"
+    assert error_message(b"<html>gateway</html>") == "<html>gateway</html>"
+
+
+def test_chunk_text_rules():
+    assert choice_text({"text": "", "finish_reason": None}) == ""  # a token without text
+    assert (
+        choice_text({"delta": {"role": "assistant", "content": ""}, "finish_reason": None}) is None
+    )
+    assert (
+        choice_text({"delta": {"role": "assistant", "content": "Hi"}, "finish_reason": None})
+        == "Hi"
+    )
+    assert choice_text({"delta": {}, "finish_reason": "stop"}) is None  # the end marker
+
+
+def test_bad_options_name_the_valid_choices():
+    with pytest.raises(ValueError, match="valid: completions, chat"):
+        OpenAIEngine(model="m", endpoint="embeddings")
+    with pytest.raises(ValueError, match="valid: text, token_ids"):
+        OpenAIEngine(model="m", prompt_format="bytes")
+    with pytest.raises(ValueError, match="request_timeout_s must be > 0"):
+        OpenAIEngine(model="m", request_timeout_s=0)
+
+
+# -- a server killed mid-run ------------------------------------------------------------
+
+
+@pytest.fixture
+def server_process():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    args = ["model=tiny", f"port={port}", "engine.num_kv_blocks=1024", "engine.max_model_len=4096"]
+    proc = subprocess.Popen([sys.executable, "-m", "llmperf.serve", *args], cwd=REPO_ROOT, env=env)
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1.0).status_code == 200:
+                break
+        except httpx.HTTPError:
+            pass
+        assert proc.poll() is None and time.monotonic() < deadline, "llmperf-serve did not start"
+        time.sleep(0.1)
+    yield proc, f"http://127.0.0.1:{port}/v1"
+    proc.kill()
+    proc.wait()
+
+
+def test_killing_the_server_mid_stream_fails_the_open_requests_within_their_timeout(server_process):
+    proc, base_url = server_process
+    timeout_s = 20.0
+    engine = OpenAIEngine(
+        model="tiny", base_url=base_url, request_timeout_s=timeout_s, prompt_format="token_ids"
+    )
+    requests = [
+        Request(id=f"k{i}", max_tokens=4000, prompt_token_ids=[11 + i] * 8, sampling=GREEDY_EXACT)
+        for i in range(8)
+    ]
+    started: set[str] = set()
+
+    async def one(request):
+        events = []
+        async for event in engine.stream(request):
+            events.append(event)
+            started.add(request.id)
+        return events
+
+    async def run():
+        tasks = [asyncio.create_task(one(r)) for r in requests]
+        while len(started) < len(requests):
+            await asyncio.sleep(0.01)
+        proc.send_signal(signal.SIGKILL)
+        killed_s = time.perf_counter()
+        results = await asyncio.gather(*tasks)
+        return results, time.perf_counter() - killed_s
+
+    try:
+        results, ended_after_s = asyncio.run(run())
+    finally:
+        engine.stop()
+    assert ended_after_s < timeout_s
+    for events in results:
+        assert len(events) >= 2  # at least a token, then the end
+        assert events[-1].finish_reason == "error"
+        assert events[-1].error.startswith("connection failed")
