@@ -34,7 +34,7 @@ from transformers.generation.streamers import BaseStreamer
 from engines.base import Request, StepStat, TokenEvent
 from engines.reference.config import ModelConfig
 from engines.reference.tokenizer import load_tokenizer
-from engines.reference.weights import build_meta_model, materialize, resolve_model
+from engines.reference.weights import build_meta_model, hf_state_dict, materialize, resolve_model
 
 DEFAULT_MAX_MODEL_LEN = 4096
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -417,7 +417,9 @@ def build_hf_model(
         )
         return _without_generation_defaults(model.to(device).eval())
     reference = materialize(build_meta_model(config, max_positions), None, dtype, device, seed)
-    state = {k: v for k, v in reference.state_dict().items() if not k.startswith("rotary")}
+    state = hf_state_dict(reference)
+    if config.tie_word_embeddings:
+        state["lm_head.weight"] = state["model.embed_tokens.weight"]
     hf_dict = config.to_hf_dict()
     hf_config = AutoConfig.for_model(hf_dict.pop("model_type"), **hf_dict)
     with torch.device("meta"):

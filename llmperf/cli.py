@@ -8,6 +8,7 @@ not Hydra's multi-line report and exit code 1.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import re
 import sys
 from pathlib import Path
@@ -28,7 +29,7 @@ from omegaconf.errors import (
     ValidationError,
 )
 
-from llmperf.config import load_config, register_configs
+from llmperf.config import Config, load_config, register_configs
 from llmperf.errors import UsageError
 from llmperf.runner import run_benchmark
 from llmperf.workload.requests import check_inputs
@@ -60,6 +61,7 @@ def main(argv: list[str] | None = None) -> None:
 
 def run_job(cfg: DictConfig) -> None:
     """One Hydra job: a run in the job's output folder."""
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # not a line per HTTP request
     try:
         config = load_config(cfg)
         run = run_benchmark(config, Path(HydraConfig.get().runtime.output_dir), argv=sys.argv)
@@ -106,12 +108,17 @@ def check_command_line(argv: list[str]) -> None:
             check_job(job, args.config_name or CONFIG_NAME)
 
 
-def check_job(overrides: list[str], config_name: str = CONFIG_NAME) -> None:
-    """Compose one job's config and validate it, as the run will."""
+def compose_config(overrides: list[str], config_name: str = CONFIG_NAME) -> Config:
+    """The validated config of one job, composed from the tree (inside an initialized Hydra)."""
     try:
-        config = load_config(compose(config_name, overrides=overrides, return_hydra_config=True))
+        return load_config(compose(config_name, overrides=overrides, return_hydra_config=True))
     except (HydraException, OmegaConfBaseException) as err:
         raise UsageError(describe_hydra_error(err)) from None
+
+
+def check_job(overrides: list[str], config_name: str = CONFIG_NAME) -> None:
+    """Compose one job's config and validate it, as the run will."""
+    config = compose_config(overrides, config_name)
     check_inputs(config.scenario)
     if config.model.path is not None and not Path(config.model.path).expanduser().is_dir():
         raise UsageError(f"model.path={config.model.path!r}: no such checkpoint folder")

@@ -195,11 +195,14 @@ class ReferenceEngineConfig(EngineConfig):
 class HFEngineConfig(EngineConfig):
     name: str = "hf"
     device: str = "cpu"
-    precision: str = "fp32"
-    max_batch_size: int = 1
+    precision: str = "fp32"  # fp32 | bf16 | fp16
+    max_batch_size: int = 8  # waiting requests left-padded into one generate() call
+    seed: int = 0
+    attn_implementation: str = "sdpa"  # sdpa | eager
+    max_model_len: int | None = None
 
     def __post_init__(self) -> None:
-        _positive(self, "max_batch_size")
+        _positive(self, "max_batch_size", "max_model_len")
 
 
 @dataclass
@@ -211,9 +214,16 @@ class OpenAIEngineConfig(EngineConfig):
     request_timeout_s: float = 600.0
     connect_timeout_s: float = 10.0
     tokenizer: str | None = None  # local tokenizer folder for prompts and counts; null: none
+    max_connections: int = 1024  # keep-alive connections; above the scenario's concurrency
+    endpoint: str = "completions"  # completions | chat
+    prompt_format: str = "text"  # text | token_ids (exact prompt lengths on vLLM, SGLang, llmperf-serve)
 
     def __post_init__(self) -> None:
-        _positive(self, "request_timeout_s", "connect_timeout_s")
+        _positive(self, "request_timeout_s", "connect_timeout_s", "max_connections")
+        if self.endpoint not in ("completions", "chat"):
+            raise ConfigError("endpoint", self.endpoint, "unknown endpoint", ["completions", "chat"])
+        if self.prompt_format not in ("text", "token_ids"):
+            raise ConfigError("prompt_format", self.prompt_format, "unknown prompt format", ["text", "token_ids"])
 
     def options(self, model: ModelSelection) -> dict[str, Any]:
         opts = super().options(model)

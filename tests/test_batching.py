@@ -214,3 +214,20 @@ async def _stream_all(eng, reqs, finish=True, keep_events=False):
     finally:
         eng.stop()
     return (results, logs) if keep_events else results
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+def test_a_dying_step_loop_fails_requests_instead_of_hanging():
+    eng = engine("continuous", "paged")
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("out of memory")
+
+    eng.runner.run = broken
+    reqs = [Request(id="a", max_tokens=4, prompt_token_ids=[5, 6, 7])]
+    (tokens,), (events,) = asyncio.run(_stream_all(eng, reqs, keep_events=True))
+    assert tokens == [] and events[-1].finish_reason == "error"
+    assert "out of memory" in events[-1].error
+    assert not eng.is_alive()
+    with pytest.raises(ValueError, match="step loop died"):  # new work fails at once
+        eng.generate([[5, 6]], max_tokens=2)

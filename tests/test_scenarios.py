@@ -152,7 +152,8 @@ def test_preset_runs_and_summary_agrees_with_its_records(compose_config, tmp_pat
         "min_completed",
         "error_rate",
     }
-    assert not summary["valid"]  # 8 requests are too few for the preset's own validity bar
+    if config.scenario.validity.min_completed > expected:
+        assert not summary["valid"]  # too few requests for the preset's own validity bar
     assert not summary["interrupted"]
     check_preset_shape(preset, run, measured)
 

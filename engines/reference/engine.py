@@ -197,6 +197,7 @@ class ReferenceEngine:
         self._last_order = -1  # arrival order of the latest submission
         self._flushed_order = -1  # requests up to this order may launch in a partial batch
         self._running = False
+        self._died: str | None = None  # why the step loop died, if it did
         self._thread: threading.Thread | None = None
         self._step_lock = threading.Lock()  # one forward at a time (loop, logits())
         self._ids = itertools.count()
@@ -222,6 +223,10 @@ class ReferenceEngine:
             self._thread = None
         for seq in list(self._live.values()):
             self._retire(seq, "abort", time.perf_counter())
+
+    def is_alive(self) -> bool:
+        """False once the step loop has died (a server then answers 503 instead of hanging)."""
+        return self._died is None
 
     def close(self) -> None:
         """Stop the loop and, with tp > 1, the other ranks."""
@@ -351,6 +356,18 @@ class ReferenceEngine:
     # -- the step loop --------------------------------------------------------------------
 
     def _loop(self) -> None:
+        try:
+            self._run_loop()
+        except BaseException as err:  # fail what is in flight instead of leaving it hanging
+            message = f"the engine's step loop died: {type(err).__name__}: {err}"
+            with self._lock:
+                self._running = False
+                self._died = message
+            for seq in list(self._live.values()):
+                self._retire(seq, "error", time.perf_counter(), error=message)
+            raise
+
+    def _run_loop(self) -> None:
         while True:
             with self._lock:
                 if not self._running:
@@ -445,7 +462,7 @@ class ReferenceEngine:
         return seq
 
     def _submit(self, seq: Sequence) -> None:
-        error = self._check_fits(seq)
+        error = self._died or self._check_fits(seq)
         if error is not None:
             seq.status = SeqStatus.FINISHED
             seq.finish_reason = "error"
@@ -490,13 +507,13 @@ class ReferenceEngine:
             scheduled_s=seq.admitted_s if first else None,
         )
 
-    def _retire(self, seq: Sequence, reason: str, now: float, emit: bool = True) -> None:
+    def _retire(self, seq: Sequence, reason: str, now: float, emit: bool = True, error: str | None = None) -> None:
         seq.status = SeqStatus.FINISHED
         seq.finish_reason = seq.finish_reason or reason
         self.scheduler.finish(seq)
         self._live.pop(seq.request_id, None)
         if emit:
-            seq.on_tokens(self._event(seq, [], now, finished=True))
+            seq.on_tokens(self._event(seq, [], now, finished=True, error=error))
 
     def _on_generate_event(self, p: _Pending, event: TokenEvent) -> None:
         if event.error:

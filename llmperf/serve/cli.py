@@ -1,77 +1,62 @@
-"""The `llmperf-serve` command: `key=value` overrides with the names of llmperf's config tree.
+"""The `llmperf-serve` command, configured from llmperf's own Hydra tree.
 
     llmperf-serve model=tiny engine.batching=continuous port=8000
     llmperf-serve model.path=/ckpt/llama engine.precision=bf16 api_key=secret request_log=served.jsonl
+    llmperf-serve engine=hf model=smollm2-135m
 
-Keys: model (a preset name or checkpoint folder), model.name, model.path, engine
-(reference | hf), engine.<option> (any option of that engine's constructor),
-host, port, api_key, served_model_name, request_log. Values are read as YAML
-scalars (8, 0.5, true, null). Bad input: one line on stderr, exit code 2.
+Engine and model come from the same config groups as `llmperf` (`engine=reference|hf`,
+`engine.<option>=...`, `model=<preset>`, `model.path=...`), with the same checks.
+Server keys: host (127.0.0.1), port (8000), api_key, served_model_name, request_log.
+Bad input: one line on stderr, exit code 2.
 """
 
 from __future__ import annotations
 
-import importlib
-import inspect
 import sys
 from typing import Any
 
 import yaml
+from hydra import initialize_config_module
 
-from engines.registry import ENGINES
+from llmperf.cli import CONFIG_MODULE, check_command_line, compose_config
+from llmperf.config import register_configs
+from llmperf.errors import UsageError
 from llmperf.serve.server import DEFAULT_HOST, DEFAULT_PORT, build_server, run_server
 
 EXIT_USAGE = 2
-SERVABLE_ENGINES = tuple(name for name in ENGINES if name != "openai")
+SERVABLE_ENGINES = ("reference", "hf")
 SERVER_KEYS = ("host", "port", "api_key", "served_model_name", "request_log")
-MODEL_KEYS = ("model", "model.name", "model.path")
-
-
-class UsageError(Exception):
-    pass
 
 
 def parse_overrides(argv: list[str]) -> dict[str, Any]:
-    """The command line as keyword arguments of `serve()` (engine options checked by name)."""
-    values: dict[str, Any] = {}
-    engine_overrides: dict[str, Any] = {}
+    """The command line as keyword arguments of `build_server()` plus host and port."""
+    server: dict[str, Any] = {}
+    overrides: list[str] = []
     for arg in argv:
         key, sep, raw = arg.partition("=")
-        if not sep or not key:
-            raise UsageError(
-                f"{arg!r} is not key=value (e.g. model=tiny engine.batching=continuous port=8000)"
-            )
-        value = _scalar(key, raw)
-        if key.startswith("engine."):
-            engine_overrides[key.removeprefix("engine.")] = value
-        elif key in (*SERVER_KEYS, *MODEL_KEYS, "engine"):
-            values[key] = value
+        if sep and key in SERVER_KEYS:
+            server[key] = _scalar(key, raw)
         else:
-            valid = ", ".join((*MODEL_KEYS, "engine", "engine.<option>", *SERVER_KEYS))
-            raise UsageError(f"unknown key {key!r}; valid: {valid}")
-    engine_name = values.pop("engine", "reference")
-    if engine_name not in SERVABLE_ENGINES:
+            overrides.append(arg)
+    register_configs()
+    check_command_line(overrides)
+    with initialize_config_module(config_module=CONFIG_MODULE, version_base="1.3"):
+        config = compose_config(overrides)
+    if config.engine.name not in SERVABLE_ENGINES:
         raise UsageError(
-            f"engine={engine_name!r} cannot be served; valid: {', '.join(SERVABLE_ENGINES)}"
+            f"engine={config.engine.name!r} cannot be served; valid: {', '.join(SERVABLE_ENGINES)}"
         )
-    model = (
-        values.pop("model.path", None)
-        or values.pop("model", None)
-        or values.pop("model.name", None)
-    )
-    values.pop("model.name", None)
-    engine_options = {"model": str(model or "tiny"), **_checked(engine_name, engine_overrides)}
-    port = values.get("port", DEFAULT_PORT)
+    port = server.get("port", DEFAULT_PORT)
     if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
         raise UsageError(f"port={port!r} must be an integer in 0..65535")
     return {
-        "engine_options": engine_options,
-        "engine_name": engine_name,
-        "host": str(values.get("host", DEFAULT_HOST)),
+        "engine_options": config.engine.options(config.model),
+        "engine_name": config.engine.name,
+        "host": str(server.get("host", DEFAULT_HOST)),
         "port": port,
-        "api_key": _optional_str(values.get("api_key")),
-        "served_model_name": _optional_str(values.get("served_model_name")),
-        "request_log": _optional_str(values.get("request_log")),
+        "api_key": _optional_str(server.get("api_key")),
+        "served_model_name": _optional_str(server.get("served_model_name")),
+        "request_log": _optional_str(server.get("request_log")),
     }
 
 
@@ -84,18 +69,6 @@ def _scalar(key: str, raw: str) -> Any:
 
 def _optional_str(value: Any) -> str | None:
     return None if value is None else str(value)
-
-
-def _checked(engine_name: str, overrides: dict[str, Any]) -> dict[str, Any]:
-    module_name, class_name = ENGINES[engine_name].split(":")
-    cls = getattr(importlib.import_module(module_name), class_name)
-    names = [n for n in inspect.signature(cls.__init__).parameters if n not in ("self", "model")]
-    for key in overrides:
-        if key not in names:
-            raise UsageError(
-                f"engine.{key}: no such option of engine {engine_name!r}; valid: {', '.join(names)}"
-            )
-    return overrides
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -112,8 +85,9 @@ def main(argv: list[str] | None = None) -> None:
             options["served_model_name"],
             options["request_log"],
         )
-    except (UsageError, ValueError, TypeError, FileNotFoundError) as err:
-        print(f"llmperf-serve: error: {err}", file=sys.stderr)
+    except (UsageError, ValueError, TypeError, OSError) as err:
+        message = " ".join(str(err).split())
+        print(f"llmperf-serve: error: {message}", file=sys.stderr)
         sys.exit(EXIT_USAGE)
     run_server(server, options["host"], options["port"])
 
