@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 
 import pytest
+import torch
 
 from engines.reference import ReferenceEngine
 from engines.reference.presets import get_preset
@@ -45,3 +46,21 @@ def test_each_rank_holds_half_of_the_sharded_weights():
 def test_tp_must_divide_the_heads():
     with pytest.raises(ValueError, match="tp=3 must divide num_attention_heads"):
         local_config(get_preset("tiny"), 3)
+
+
+def test_tied_embeddings_shard_and_count_once(tmp_path):
+    from engines.reference.config import ModelConfig
+    from engines.reference.weights import build_meta_model, materialize, save_checkpoint
+
+    cfg = ModelConfig(
+        vocab_size=512, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True,
+    )
+    save_checkpoint(materialize(build_meta_model(cfg, 128), None, torch.float32, torch.device("cpu"), 1), tmp_path)
+    one = ReferenceEngine(model=str(tmp_path), max_model_len=64)
+    expected = one.generate(prompts(3), max_tokens=8)
+    with ReferenceEngine(model=str(tmp_path), max_model_len=64, tp=2) as two:
+        assert [o.token_ids for o in two.generate(prompts(3), max_tokens=8)] == [o.token_ids for o in expected]
+        norms = (2 * 2 + 1) * 128 * 4
+        assert sum(two.rank_weight_bytes) == pytest.approx(one.weight_bytes + norms)
+    assert one.weight_bytes == cfg.num_params() * 4

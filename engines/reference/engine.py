@@ -22,6 +22,7 @@ import torch.distributed as dist
 from engines.base import Request, SamplingParams, StepStat, TokenEvent
 from engines.reference.attention import AttentionBackend, get_backend
 from engines.reference.config import ModelConfig
+from engines.reference.cpu_layout import optimize_cpu_layout
 from engines.reference.kv_cache import blocks_for, build_kv_cache
 from engines.reference.model import LlamaForCausalLM
 from engines.reference.model_runner import ModelRunner
@@ -81,6 +82,8 @@ def build_rank_model(options: dict[str, Any], rank: int, world: int, device: tor
     if world > 1:
         shard_model(model, rank, world)
     quantize_model(model, options["precision"])
+    if device.type == "cpu":
+        optimize_cpu_layout(model)
     return RankModel(
         model=model,
         config=config,

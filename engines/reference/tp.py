@@ -25,7 +25,6 @@ from torch import nn
 
 from engines.reference.config import ModelConfig
 from engines.reference.model import Attention, LlamaForCausalLM
-from engines.reference.weights import use_column_major_weights
 
 
 def local_config(cfg: ModelConfig, world: int) -> ModelConfig:
@@ -126,8 +125,6 @@ def shard_model(model: LlamaForCausalLM, rank: int, world: int) -> None:
         head = nn.Linear(cfg.hidden_size, v, bias=False, device=table.device, dtype=table.dtype)
         head.weight = model.model.embed_tokens.weight if tied else nn.Parameter(_rows(model.lm_head.weight, [span]), requires_grad=False)
         model.lm_head = VocabParallelHead(head, world)
-    if model.lm_head.weight.device.type == "cpu":
-        use_column_major_weights(model)
 
 
 def _slice_linear_rows(linear: nn.Linear, spans: list[tuple[int, int]]) -> None:

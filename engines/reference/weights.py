@@ -48,26 +48,7 @@ def materialize(
     else:
         load_checkpoint(model, checkpoint)
     model.reset_rotary()
-    if device.type == "cpu":
-        use_column_major_weights(model)
     return model.eval().requires_grad_(False)
-
-
-def use_column_major_weights(model: torch.nn.Module) -> None:
-    """Store each [out, in] weight transposed in memory (same shape, strides (1, out)).
-
-    `F.linear` then hands BLAS a plain [in, out] matrix; on CPU, MKL's GEMV
-    streams that layout at markedly higher bandwidth, which is what decode at
-    small batch is bound by. The embedding table, tied or not, follows along:
-    gathering a few strided rows per step costs little.
-    """
-    done: dict[int, torch.nn.Parameter] = {}
-    for module in model.modules():
-        if isinstance(module, (torch.nn.Linear, torch.nn.Embedding)):
-            w = module.weight
-            if id(w) not in done:
-                done[id(w)] = torch.nn.Parameter(w.detach().t().contiguous().t(), requires_grad=False)
-            module.weight = done[id(w)]
 
 
 @torch.no_grad()
@@ -154,6 +135,12 @@ def hf_state_dict(model: LlamaForCausalLM) -> dict[str, torch.Tensor]:
 def save_checkpoint(model: LlamaForCausalLM, path: str | Path) -> Path:
     """Write config.json + model.safetensors that transformers (and this loader) can read."""
     from safetensors.torch import save_file
+
+    from engines.reference.cpu_layout import has_opaque_weights
+    from engines.reference.quant import QuantizedLinear
+
+    if has_opaque_weights(model) or any(isinstance(m, QuantizedLinear) for m in model.modules()):
+        raise ValueError("save_checkpoint takes a model as loaded: before quantization or CPU packing")
 
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
