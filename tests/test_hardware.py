@@ -202,7 +202,7 @@ def test_importing_the_modules_probes_nothing_and_writes_no_cache(tmp_path):
 def test_probe_caches_by_cpu_model_and_thread_count_and_force_remeasures(tmp_path, monkeypatch):
     path = tmp_path / "probe.json"
     first = probe.probe(cache_path=path, read_bytes=64 * 2**20)
-    key = f"cpu|{probe.cpu_model_name()}|threads={torch.get_num_threads()}"
+    key = f"v{probe.PROBE_VERSION}|cpu|{probe.cpu_model_name()}|threads={torch.get_num_threads()}"
     assert (
         first.key == key
         and json.loads(path.read_text())[key]["read_bw_bytes_per_s"] == first.read_bw_bytes_per_s

@@ -3,8 +3,10 @@
 Read bandwidth is a `torch.sum` over a tensor several times larger than the
 last-level cache (best of a few repeats); matmul FLOP/s is a square matmul,
 grown until one run takes long enough to time, best of the repeats that fit a
-small time budget. Both run with torch's thread count, so they measure what
-torch itself can reach. The whole probe takes about a second on a CPU.
+small time budget, through the kernel the reference engine uses (on a CPU with
+oneDNN, a weight packed for oneDNN: MKL's GEMM can be several times slower on
+some CPUs). Both run with torch's thread count, so they measure what torch
+itself can reach. The whole probe takes about a second on a CPU.
 
 Results are cached in `$LLMPERF_CACHE_DIR/probe.json` (default
 `~/.cache/llmperf/`), keyed by device model and thread count, and re-used
@@ -72,8 +74,11 @@ def device_name(device: str) -> str:
     return cpu_model_name()
 
 
+PROBE_VERSION = 2  # bumped when the method changes, so cached figures are measured again
+
+
 def probe_key(device: str, name: str, num_threads: int) -> str:
-    return f"{device}|{name}|threads={num_threads}"
+    return f"v{PROBE_VERSION}|{device}|{name}|threads={num_threads}"
 
 
 def probe(
@@ -174,7 +179,7 @@ def measure_matmul_flops(
     while True:
         a = torch.randn(n, n, device=device).to(dtype)
         b = torch.randn(n, n, device=device).to(dtype)
-        matmul = functools.partial(torch.matmul, a, b)
+        matmul = _engine_matmul(device, a, b)
         _timed(device, matmul)  # first call pays for kernel selection and page faults
         elapsed = _timed(device, matmul)
         if elapsed >= _MIN_TIMED_S or n >= _MAX_MATMUL_N[device]:
@@ -185,6 +190,16 @@ def measure_matmul_flops(
         elapsed = _timed(device, matmul)
         best_s, spent = min(best_s, elapsed), spent + elapsed
     return 2.0 * n**3 / best_s
+
+
+def _engine_matmul(device: str, a: torch.Tensor, b: torch.Tensor):
+    """a @ b^T as the reference engine's linear layers compute it on this device."""
+    from engines.reference.cpu_layout import can_pack
+
+    if device == "cpu" and can_pack(a.dtype):
+        packed = torch.ops.mkldnn._reorder_linear_weight(b, a.shape[0])
+        return functools.partial(torch.ops.mkldnn._linear_pointwise, a, packed, None, "none", [], "")
+    return functools.partial(torch.nn.functional.linear, a, b)
 
 
 def _timed(device: str, fn) -> float:
