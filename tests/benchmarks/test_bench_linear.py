@@ -13,6 +13,7 @@ import pytest
 import torch
 import torch.nn as nn
 
+from engines.reference.cpu_layout import optimize_cpu_layout
 from engines.reference.precision import PRECISIONS, get_precision, quantize_model, weight_bytes
 from engines.reference.presets import get_preset
 
@@ -38,6 +39,8 @@ def layer(request) -> tuple[str, nn.ModuleList]:
         linears = nn.ModuleList(nn.Linear(k, n, bias=False) for k, n in layer_shapes(PRESET))
     linears.to(dtype)
     quantize_model(linears, name)
+    if not ON_CUDA:
+        optimize_cpu_layout(linears)  # as the engine stores them on a CPU
     return name, linears
 
 
@@ -82,6 +85,8 @@ def decode_stack(preset: str, name: str) -> tuple[list[nn.Module], torch.dtype]:
     )
     stack.lm_head = linear(cfg.hidden_size, cfg.vocab_size)
     quantize_model(stack, name)
+    if not ON_CUDA:
+        optimize_cpu_layout(stack)
     return [*stack.layers, stack.lm_head], dtype
 
 
