@@ -185,6 +185,7 @@ class HFEngine:
             "params": self.config.num_params(),
             "weight_bytes": self.weight_bytes,
             "compute_dtype": str(self.model.dtype).removeprefix("torch."),
+            "kv_bytes_per_token": self.config.kv_bytes_per_token(self.model.dtype.itemsize),
             "transformers_version": transformers.__version__,
             **self.options,
         }

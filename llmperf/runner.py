@@ -210,7 +210,8 @@ def add_hardware_figures(run: Run) -> None:
         s.update(run.collector.summarize(run.load.measure_start_s, run.load.end_s))
     info = s["engine"]
     model_config = info.get("model_config")
-    if model_config and run.profile is not None:
+    roofline_keys = ("weight_bytes", "kv_bytes_per_token", "compute_dtype")
+    if model_config and run.profile is not None and all(k in info for k in roofline_keys):
         model = ModelConfig(**model_config)
         s.update(_roofline(run, model, info))
         s.update(prediction_summary(measured_steps(run), model, info, run.profile, s))
