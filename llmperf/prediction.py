@@ -3,7 +3,8 @@
 For engines that report their steps: the run's typical prefill step (its batch
 and prompt length) and decode step (its batch and context) go through the
 capacity planner's model (`llmperf.plan.predict_latency`) with the run's
-hardware profile, and come back as predicted TTFT and decode step time next to
+hardware profile at its sustained ceilings (on a CPU, the weight-streaming rate
+the probe measured; elsewhere the datasheet), and come back as predicted TTFT and decode step time next to
 the measured ones, with the relative error of each (predicted / measured - 1).
 """
 
@@ -51,6 +52,7 @@ def prediction_summary(
         weight_bytes=info["weight_bytes"],
         compute_dtype=info["compute_dtype"],
         kv_bytes_per_element=info["kv_bytes_per_token"] / model.kv_bytes_per_token(1),
+        peak="sustained",
     )
 
     def predict(batch_size: int):

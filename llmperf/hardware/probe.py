@@ -6,7 +6,9 @@ grown until one run takes long enough to time, best of the repeats that fit a
 small time budget, through the kernel the reference engine uses (on a CPU with
 oneDNN, a weight packed for oneDNN: MKL's GEMM can be several times slower on
 some CPUs). Both run with torch's thread count, so they measure what torch
-itself can reach. The whole probe takes about a second on a CPU.
+itself can reach. On a CPU it also measures what decode sustains: weight
+streaming through the engine's one-row kernel on a worker thread, and the fixed
+cost per layer of a decode step. The whole probe takes a few seconds on a CPU.
 
 Results are cached in `$LLMPERF_CACHE_DIR/probe.json` (default
 `~/.cache/llmperf/`), keyed by device model and thread count, and re-used
@@ -46,6 +48,12 @@ class ProbeResult:
     read_bw_bytes_per_s: float
     flops: dict[str, float] = field(default_factory=dict)  # matmul FLOP/s per dtype
     read_bytes: int = 0  # size of the tensor read
+    # decode-like weight streaming through the engine's matrix-vector kernel, from a
+    # worker thread as the engine runs it (CPU only): what decode can sustain
+    stream_bw_bytes_per_s: float | None = None
+    # a decode step's fixed cost per decoder layer (op launches, norms, attention over a
+    # short context), from the reference engine's `tiny` preset, whose weights sit in cache
+    layer_overhead_s: float | None = None
     torch_version: str = ""
     measured_at: float = 0.0  # unix time
     duration_s: float = 0.0
@@ -74,7 +82,7 @@ def device_name(device: str) -> str:
     return cpu_model_name()
 
 
-PROBE_VERSION = 2  # bumped when the method changes, so cached figures are measured again
+PROBE_VERSION = 4  # bumped when the method changes, so cached figures are measured again
 
 
 def probe_key(device: str, name: str, num_threads: int) -> str:
@@ -118,6 +126,8 @@ def measure(device: str = "cpu", read_bytes: int | None = None) -> ProbeResult:
     start = time.perf_counter()
     num_bytes = read_bytes or default_read_bytes(device)
     read_bw = measure_read_bw_bytes_per_s(device, num_bytes)
+    stream_bw = measure_stream_bw_bytes_per_s(num_bytes) if device == "cpu" else None
+    layer_overhead = measure_layer_overhead_s() if device == "cpu" else None
     flops = {name: measure_matmul_flops(device, dtype) for name, dtype in PROBE_DTYPES.items()}
     name = device_name(device)
     return ProbeResult(
@@ -128,6 +138,8 @@ def measure(device: str = "cpu", read_bytes: int | None = None) -> ProbeResult:
         read_bw_bytes_per_s=read_bw,
         flops=flops,
         read_bytes=num_bytes,
+        stream_bw_bytes_per_s=stream_bw,
+        layer_overhead_s=layer_overhead,
         torch_version=torch.__version__,
         measured_at=time.time(),
         duration_s=time.perf_counter() - start,
@@ -169,6 +181,49 @@ def measure_read_bw_bytes_per_s(device: str, num_bytes: int, repeats: int = _REA
         if spent > _READ_BUDGET_S and i >= 2:
             break
     return x.numel() * x.element_size() / best_s
+
+
+def measure_stream_bw_bytes_per_s(num_bytes: int, hidden: int = 1024) -> float | None:
+    """Bytes/s of one-row matmuls over a stack of decoder-shaped weights (`num_bytes` in all),
+    through the engine's kernel, on a worker thread as the engine's step loop runs: the
+    rate decode at batch 1 can sustain, op launches included. Best of a few passes."""
+    import threading
+
+    from engines.reference.cpu_layout import PackedLinear, can_pack
+
+    if not can_pack(torch.float32):
+        return None
+    shapes = [(3 * hidden, hidden), (hidden, hidden), (8 * hidden, hidden), (hidden, 4 * hidden)]
+    per_layer = sum(o * i * 4 for o, i in shapes)
+    layers = max(1, num_bytes // per_layer)
+    linears = [PackedLinear(torch.nn.Linear(i, o, bias=False)) for _ in range(layers) for o, i in shapes]
+    inputs = {i: torch.randn(1, i) for _, i in shapes}
+    times: list[float] = []
+
+    def passes() -> None:
+        with torch.inference_mode():
+            for _ in range(4):
+                start = time.perf_counter()
+                for m in linears:
+                    m(inputs[m.in_features])
+                times.append(time.perf_counter() - start)
+
+    worker = threading.Thread(target=passes, name="llmperf-probe")
+    worker.start()
+    worker.join()
+    return layers * per_layer / min(times[1:])
+
+
+def measure_layer_overhead_s() -> float:
+    """Median decode step of the `tiny` preset (weights in cache, batch 1), per layer, with
+    the step loop on its own thread as in a run."""
+    from engines.reference import ReferenceEngine
+
+    with ReferenceEngine(model="tiny", batching="sequential", max_num_seqs=1, max_model_len=128) as eng:
+        eng.start()
+        eng.generate([list(range(3, 35))], max_tokens=24, ignore_eos=True)
+    steps = sorted(s.duration_s for s in eng.step_stats() if s.kind == "decode")
+    return steps[len(steps) // 2] / eng.config.num_hidden_layers
 
 
 def measure_matmul_flops(

@@ -20,6 +20,8 @@ _POSITIVE_FIELDS = (
     "memory_bytes",
     "peak_mem_bw_bytes_per_s",
     "measured_mem_bw_bytes_per_s",
+    "measured_stream_bw_bytes_per_s",
+    "measured_layer_overhead_s",
     "tdp_w",
     "interconnect_bytes_per_s",
 )
@@ -33,6 +35,8 @@ class HardwareProfile:
     peak_mem_bw_bytes_per_s: float | None = None  # datasheet
     peak_flops: dict[str, float | None] = field(default_factory=dict)  # datasheet, dense, per dtype
     measured_mem_bw_bytes_per_s: float | None = None  # probe: large-tensor read
+    measured_stream_bw_bytes_per_s: float | None = None  # probe: decode-like weight streaming
+    measured_layer_overhead_s: float | None = None  # probe: fixed cost per layer of a step
     measured_flops: dict[str, float | None] = field(
         default_factory=dict
     )  # probe: matmul, per dtype
@@ -66,12 +70,17 @@ class HardwareProfile:
         return self.peak_flops.get(canonical_dtype(dtype))
 
     def mem_bw(self, peak: str = "best") -> float | None:
-        """Memory bandwidth in bytes/s: `datasheet`, `measured`, or `best` (datasheet, else measured)."""
+        """Memory bandwidth in bytes/s: `datasheet`, `measured`, `best` (datasheet, else
+        measured), or `sustained` (what the probe saw decode-like weight streaming sustain,
+        where it measured that (CPU), else `best`): the figure step-time predictions use."""
+        if peak == "sustained":
+            return self.measured_stream_bw_bytes_per_s or self.mem_bw("best")
         return _pick(peak, self.peak_mem_bw_bytes_per_s, self.measured_mem_bw_bytes_per_s)
 
     def flops(self, dtype: str, peak: str = "best") -> float | None:
         """Dense FLOP/s for `dtype`: `datasheet`, `measured`, or `best` (datasheet, else measured)."""
         dtype = canonical_dtype(dtype)
+        peak = "best" if peak == "sustained" else peak
         return _pick(peak, self.peak_flops.get(dtype), self.measured_flops.get(dtype))
 
     def peak_source(self) -> str | None:
@@ -99,6 +108,7 @@ class HardwareProfile:
             memory_bytes=times(self.memory_bytes),
             peak_mem_bw_bytes_per_s=times(self.peak_mem_bw_bytes_per_s),
             measured_mem_bw_bytes_per_s=times(self.measured_mem_bw_bytes_per_s),
+            measured_stream_bw_bytes_per_s=times(self.measured_stream_bw_bytes_per_s),
             peak_flops={k: times(v) for k, v in self.peak_flops.items()},
             measured_flops={k: times(v) for k, v in self.measured_flops.items()},
             usd_per_hour=times(self.usd_per_hour),

@@ -94,6 +94,8 @@ def with_probe(profile: HardwareProfile, result: ProbeResult) -> HardwareProfile
     """The profile with the probe's figures as its measured ceilings."""
     changes: dict[str, Any] = {
         "measured_mem_bw_bytes_per_s": result.read_bw_bytes_per_s,
+        "measured_stream_bw_bytes_per_s": result.stream_bw_bytes_per_s,
+        "measured_layer_overhead_s": result.layer_overhead_s,
         "measured_flops": {**profile.measured_flops, **result.flops},
     }
     if profile.kind == "cpu":

@@ -70,7 +70,12 @@ def step_time(
         per_device = 2 * (tp - 1) / tp * num_tokens * model.hidden_size * act_bytes
         comm_s = 2 * model.num_hidden_layers * per_device / profile.interconnect_bytes_per_s
     bound = "interconnect" if comm_s > b.seconds else b.bound
-    return StepTime(b.seconds + comm_s, b.memory_s, b.compute_s, comm_s, bound)
+    # Sustained predictions add what a step costs beyond its bytes and FLOPs where the
+    # probe measured it (a CPU): op launches, norms, short attention, per layer.
+    overhead_s = 0.0
+    if peak == "sustained" and profile.measured_layer_overhead_s:
+        overhead_s = model.num_hidden_layers * profile.measured_layer_overhead_s
+    return StepTime(b.seconds + comm_s + overhead_s, b.memory_s, b.compute_s, comm_s, bound)
 
 
 @dataclass(frozen=True)

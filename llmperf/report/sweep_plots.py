@@ -164,8 +164,9 @@ def prediction(sweep: Sweep) -> Figure:
         if len(known):
             lo, hi = known.min() * 0.8, known.max() * 1.25
             ax.plot([lo, hi], [lo, hi], color=FRONTIER_COLOR, lw=1, ls="--", label="prediction = measurement")
-            ax.set_xscale("log")
-            ax.set_yscale("log")
+            if known.max() / known.min() > 10:  # spread over decades: log axes, else linear
+                ax.set_xscale("log")
+                ax.set_yscale("log")
         titled(ax, title, "measured (ms)", "predicted (ms)")
         legend(ax, loc="upper left")
     return fig
