@@ -10,6 +10,7 @@ one process.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol, runtime_checkable
@@ -105,6 +106,30 @@ class StepStat:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+class EventChannel:
+    """A request's events, from the engine's own thread to the caller's asyncio loop, in order.
+
+    Made inside the caller's loop; `deliver` may be called from any thread (events that
+    arrive after the caller's loop closed are dropped).
+    """
+
+    def __init__(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._queue: asyncio.Queue[TokenEvent] = asyncio.Queue()
+
+    def deliver(self, event: TokenEvent) -> None:
+        if not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(self._queue.put_nowait, event)
+
+    async def events(self) -> AsyncIterator[TokenEvent]:
+        """Every event up to and including the final one."""
+        while True:
+            event = await self._queue.get()
+            yield event
+            if event.finished:
+                return
 
 
 @runtime_checkable

@@ -13,28 +13,24 @@ the caller's event loop as the reference engine's do.
 
 from __future__ import annotations
 
-import asyncio
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import torch
 from transformers import (
-    AutoConfig,
-    AutoModelForCausalLM,
     GenerationConfig,
     StoppingCriteria,
     StoppingCriteriaList,
 )
 from transformers.generation.streamers import BaseStreamer
 
-from engines.base import Request, StepStat, TokenEvent
-from engines.reference.config import ModelConfig
+from engines.base import EventChannel, Request, StepStat, TokenEvent
+from engines.hf_model import build_hf_model
 from engines.reference.tokenizer import load_tokenizer
-from engines.reference.weights import build_meta_model, hf_state_dict, materialize, resolve_model
+from engines.reference.weights import resolve_model
 
 DEFAULT_MAX_MODEL_LEN = 4096
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -142,24 +138,15 @@ class HFEngine:
             self._thread = None
 
     async def stream(self, request: Request) -> AsyncIterator[TokenEvent]:
-        loop = asyncio.get_running_loop()
-        queue: asyncio.Queue[TokenEvent] = asyncio.Queue()
-
-        def deliver(event: TokenEvent) -> None:
-            if not loop.is_closed():
-                loop.call_soon_threadsafe(queue.put_nowait, event)
-
+        channel = EventChannel()
         ids = request.prompt_token_ids
         if ids is None:
             ids = self.tokenizer.encode(request.prompt_text or "")
-        job = _Job(request, list(ids), deliver)
+        job = _Job(request, list(ids), channel.deliver)
         self._submit(job)
         try:
-            while True:
-                event = await queue.get()
+            async for event in channel.events():
                 yield event
-                if event.finished:
-                    return
         finally:
             if job.finish_reason is None:
                 self.abort(request.id)
@@ -399,43 +386,3 @@ class BatchStop(StoppingCriteria):
             for job, token in zip(self.batch, last, strict=True)
         ]
         return torch.tensor(done, dtype=torch.bool, device=input_ids.device)
-
-
-def build_hf_model(
-    config: ModelConfig,
-    checkpoint: Path | None,
-    dtype: torch.dtype,
-    device: torch.device,
-    seed: int,
-    max_positions: int,
-    attn_implementation: str,
-):
-    """transformers' model: a checkpoint as from_pretrained loads it, or a preset with the
-    reference engine's seeded weights (same seed, dtype and device give the same tensors)."""
-    if checkpoint is not None:
-        model = AutoModelForCausalLM.from_pretrained(
-            checkpoint, dtype=dtype, attn_implementation=attn_implementation
-        )
-        return _without_generation_defaults(model.to(device).eval())
-    reference = materialize(build_meta_model(config, max_positions), None, dtype, device, seed)
-    state = hf_state_dict(reference)
-    if config.tie_word_embeddings:
-        state["lm_head.weight"] = state["model.embed_tokens.weight"]
-    hf_dict = config.to_hf_dict()
-    hf_config = AutoConfig.for_model(hf_dict.pop("model_type"), **hf_dict)
-    with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(
-            hf_config, dtype=dtype, attn_implementation=attn_implementation
-        )
-    model.load_state_dict(state, assign=True, strict=True)
-    rotary = model.model.rotary_emb  # its frequency buffers are not weights: compute them for real
-    model.model.rotary_emb = type(rotary)(config=hf_config).to(device)
-    return _without_generation_defaults(model.eval().requires_grad_(False))
-
-
-def _without_generation_defaults(model):
-    """generate() fills every setting a call leaves unset from the model's generation config
-    (a checkpoint's temperature, repetition penalty, EOS ids): clear it, so a request's
-    sampling settings are all that apply and ignore_eos really ignores EOS."""
-    model.generation_config = GenerationConfig()
-    return model

@@ -28,7 +28,7 @@ from typing import Any
 
 import httpx
 
-from engines.base import Request, TokenEvent, Tokenizer
+from engines.base import EventChannel, Request, TokenEvent, Tokenizer
 from engines.reference.tokenizer import BYTE_OFFSET, ByteTokenizer, HFTokenizer
 
 UNKNOWN_TOKEN_ID = -1  # a chunk whose text is empty: a token arrived, its id is not known
@@ -130,20 +130,11 @@ class OpenAIEngine:
 
     async def stream(self, request: Request) -> AsyncIterator[TokenEvent]:
         self.start()
-        caller = asyncio.get_running_loop()
-        queue: asyncio.Queue[TokenEvent] = asyncio.Queue()
-
-        def deliver(event: TokenEvent) -> None:
-            if not caller.is_closed():
-                caller.call_soon_threadsafe(queue.put_nowait, event)
-
-        future = asyncio.run_coroutine_threadsafe(self._exchange(request, deliver), self._loop)
+        channel = EventChannel()
+        future = asyncio.run_coroutine_threadsafe(self._exchange(request, channel.deliver), self._loop)
         try:
-            while True:
-                event = await queue.get()
+            async for event in channel.events():
                 yield event
-                if event.finished:
-                    return
         finally:
             future.cancel()  # the caller stopped listening: drop the connection, the server aborts
 

@@ -7,26 +7,20 @@ started thread, `generate()` drives the same loop in the caller's thread.
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import threading
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
-from engines.base import Request, SamplingParams, StepStat, TokenEvent
-from engines.reference.attention import AttentionBackend, get_backend
-from engines.reference.config import ModelConfig
-from engines.reference.cpu_layout import optimize_cpu_layout
+from engines.base import EventChannel, Request, StepStat, TokenEvent
+from engines.reference.build import build_rank_model, default_num_kv_blocks
 from engines.reference.kv_cache import blocks_for, build_kv_cache
-from engines.reference.model import LlamaForCausalLM
 from engines.reference.model_runner import ModelRunner
-from engines.reference.precision import Precision, get_precision, quantize_model, weight_bytes
+from engines.reference.offline import OfflineAPI
 from engines.reference.sampling import sample
 from engines.reference.scheduler import SchedulerOptions, build_scheduler
 from engines.reference.sequence import SeqStatus, Sequence
@@ -35,77 +29,16 @@ from engines.reference.tp import (
     broadcast_step,
     free_port,
     init_group,
-    local_config,
     rank_device,
-    shard_model,
     spawn_workers,
     threads_per_rank,
 )
-from engines.reference.weights import build_meta_model, materialize, resolve_model
+from engines.reference.weights import resolve_model
 
 DEFAULT_MAX_MODEL_LEN = 4096
-CPU_KV_MEMORY_FRACTION = 0.25  # of available RAM, when num_kv_blocks is not given
-GPU_MEMORY_UTILIZATION = 0.90  # weights + KV cache, of the GPU's total memory
 
 
-@dataclass
-class GenerationOutput:
-    request_id: str
-    prompt_token_ids: list[int]
-    token_ids: list[int]
-    finish_reason: str | None
-    text: str | None = None
-    num_preemptions: int = 0
-    num_cached_prompt_tokens: int = 0
-
-
-@dataclass
-class RankModel:
-    """One rank's model: its slice of the weights, in its precision."""
-
-    model: LlamaForCausalLM
-    config: ModelConfig
-    local_config: ModelConfig
-    backend: AttentionBackend
-    precision: Precision
-    compute_dtype: torch.dtype
-    weight_bytes: int
-    checkpoint: Path | None
-
-
-def build_rank_model(options: dict[str, Any], rank: int, world: int, device: torch.device) -> RankModel:
-    backend = get_backend(options["attention"])
-    precision = get_precision(options["precision"])
-    config, checkpoint = resolve_model(options["model"])
-    dtype = precision.compute_dtype(device)
-    model = materialize(build_meta_model(config, options["max_model_len"]), checkpoint, dtype, device, options["seed"])
-    if world > 1:
-        shard_model(model, rank, world)
-    quantize_model(model, options["precision"])
-    if device.type == "cpu":
-        optimize_cpu_layout(model)
-    return RankModel(
-        model=model,
-        config=config,
-        local_config=local_config(config, world),
-        backend=backend,
-        precision=precision,
-        compute_dtype=dtype,
-        weight_bytes=weight_bytes(model),
-        checkpoint=checkpoint,
-    )
-
-
-@dataclass
-class _Pending:
-    """A generate() request awaited by the caller's thread."""
-
-    seq: Sequence
-    done: threading.Event = field(default_factory=threading.Event)
-    error: str | None = None
-
-
-class ReferenceEngine:
+class ReferenceEngine(OfflineAPI):
     name = "reference"
 
     def __init__(
@@ -167,7 +100,7 @@ class ReferenceEngine:
         self.weight_bytes = built.weight_bytes
         self.tokenizer = load_tokenizer(built.checkpoint, self.config.vocab_size, self.config.eos_token_ids)
         if num_kv_blocks is None:
-            num_kv_blocks = self._default_num_kv_blocks(kv_block_size, max_num_seqs, built.compute_dtype)
+            num_kv_blocks = default_num_kv_blocks(built, self.max_model_len, kv_block_size, max_num_seqs, self.device)
         self.options["num_kv_blocks"] = num_kv_blocks
         self.kv = build_kv_cache(
             kv_cache,
@@ -254,20 +187,12 @@ class ReferenceEngine:
             self._lock.notify_all()
 
     async def stream(self, request: Request) -> AsyncIterator[TokenEvent]:
-        loop = asyncio.get_running_loop()
-        queue: asyncio.Queue[TokenEvent] = asyncio.Queue()
-        def deliver(event: TokenEvent) -> None:
-            if not loop.is_closed():
-                loop.call_soon_threadsafe(queue.put_nowait, event)
-
-        seq = self._make_sequence(request, deliver)
+        channel = EventChannel()
+        seq = self._make_sequence(request, channel.deliver)
         self._submit(seq)
         try:
-            while True:
-                event = await queue.get()
+            async for event in channel.events():
                 yield event
-                if event.finished:
-                    return
         finally:
             if not seq.is_finished:
                 self.abort(seq.request_id)
@@ -292,69 +217,6 @@ class ReferenceEngine:
 
     def step_stats(self) -> list[StepStat]:
         return list(self._steps)
-
-    # -- offline API ---------------------------------------------------------------------
-
-    def generate(
-        self,
-        prompts: list[list[int]] | list[str],
-        max_tokens: int = 16,
-        temperature: float = 0.0,
-        top_k: int = 0,
-        top_p: float = 1.0,
-        seed: int | None = None,
-        ignore_eos: bool = False,
-    ) -> list[GenerationOutput]:
-        pending = []
-        for i, prompt in enumerate(prompts):
-            sampling = SamplingParams(
-                temperature=temperature,
-                top_k=top_k,
-                top_p=top_p,
-                seed=None if seed is None else seed + i,
-                ignore_eos=ignore_eos,
-            )
-            ids = self.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
-            request = Request(id=f"gen-{next(self._ids)}", max_tokens=max_tokens, prompt_token_ids=ids, sampling=sampling)
-            p = _Pending(seq=None)  # type: ignore[arg-type]
-            p.seq = self._make_sequence(request, lambda ev, p=p: self._on_generate_event(p, ev))
-            pending.append(p)
-        if self._thread is not None:
-            for p in pending:
-                self._submit(p.seq)
-            self.flush()
-            for p in pending:
-                p.done.wait()
-        else:
-            for p in pending:
-                self._submit(p.seq)
-            self.flush()
-            while not all(p.done.is_set() for p in pending):
-                if not self._step_once():
-                    raise RuntimeError("the engine stalled with unfinished requests")
-        for p in pending:
-            if p.error:
-                raise ValueError(p.error)
-        return [self._output(p.seq) for p in pending]
-
-    @torch.inference_mode()
-    def logits(self, prompt_token_ids: list[int]) -> torch.Tensor:
-        """float32 [len(prompt), vocab]: one full-prompt forward, through the KV cache."""
-        from engines.reference.scheduler import ScheduledSeq
-
-        seq = Sequence("logits", list(prompt_token_ids), 1, SamplingParams())
-        with self._step_lock:
-            if not self.kv.can_admit(seq, len(prompt_token_ids)):
-                raise ValueError("the prompt does not fit in the free KV cache")
-            self.kv.admit(seq)
-            seq.num_computed_tokens = 0  # a full forward even when a prefix is cached
-            try:
-                if not self.kv.grow(seq, len(prompt_token_ids)):
-                    raise ValueError("the prompt does not fit in the free KV cache")
-                logits, _ = self.runner.run([ScheduledSeq(seq, len(prompt_token_ids), True)], all_logits=True)
-            finally:
-                self.kv.free(seq)
-        return logits
 
     # -- the step loop --------------------------------------------------------------------
 
@@ -518,32 +380,3 @@ class ReferenceEngine:
         if emit:
             seq.on_tokens(self._event(seq, [], now, finished=True, error=error))
 
-    def _on_generate_event(self, p: _Pending, event: TokenEvent) -> None:
-        if event.error:
-            p.error = event.error
-        if event.finished:
-            p.done.set()
-
-    def _output(self, seq: Sequence) -> GenerationOutput:
-        return GenerationOutput(
-            request_id=seq.request_id,
-            prompt_token_ids=seq.prompt_token_ids,
-            token_ids=list(seq.output_token_ids),
-            finish_reason=seq.finish_reason,
-            text=self.tokenizer.decode(seq.output_token_ids),
-            num_preemptions=seq.num_preemptions,
-            num_cached_prompt_tokens=seq.num_cached_prompt_tokens,
-        )
-
-    def _default_num_kv_blocks(self, block_size: int, max_num_seqs: int, dtype: torch.dtype) -> int:
-        """Room for max_num_seqs full-length sequences, capped by a memory budget."""
-        bytes_per_block = self.local_config.kv_bytes_per_token(torch.finfo(dtype).bits // 8) * block_size
-        wanted = max_num_seqs * blocks_for(self.max_model_len, block_size)
-        if self.device.type == "cuda":
-            total = torch.cuda.get_device_properties(self.device).total_memory
-            budget = total * GPU_MEMORY_UTILIZATION - self.weight_bytes - torch.cuda.memory_allocated(self.device)
-        else:
-            import psutil
-
-            budget = psutil.virtual_memory().available * CPU_KV_MEMORY_FRACTION
-        return max(1, min(wanted, int(budget // bytes_per_block)))

@@ -181,7 +181,7 @@ def spawn_workers(world: int, port: int, spec: dict[str, Any]) -> list:
 
 def worker_main(rank: int, world: int, port: int, spec: dict[str, Any]) -> None:
     """A non-scheduling rank: build this rank's slice, then run every broadcast step."""
-    from engines.reference.engine import build_rank_model
+    from engines.reference.build import build_rank_model
     from engines.reference.kv_cache.base import allocate_storage
     from engines.reference.model_runner import ModelRunner
 
