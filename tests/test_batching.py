@@ -87,8 +87,23 @@ def test_prefix_caching_computes_shared_blocks_once(batching):
     # The first request computes the prefix; the five others find its six blocks.
     assert [o.num_cached_prompt_tokens for o in cached] == [0] + [96] * 5
     assert eng.kv.stats()["prefix_cache_hit_tokens"] == 5 * 96
+    assert sum(s.prefix_cache_hit_tokens for s in eng.step_stats()) == 5 * 96
     computed = sum(s.num_prefill_tokens for s in eng.step_stats())
     assert computed == sum(map(len, prompts)) - 5 * 96
+
+
+def test_prefix_hits_per_step_count_each_admission_once_under_preemption():
+    rng = random.Random(5)
+    prefix = [rng.randrange(3, 512) for _ in range(64)]
+    prompts = [prefix + [rng.randrange(3, 512) for _ in range(rng.randint(1, 30))] for _ in range(12)]
+    plain = engine("continuous", "paged").generate(prompts, max_tokens=24)
+    eng = engine("continuous", "paged", enable_prefix_caching=True, num_kv_blocks=20, max_num_seqs=12)
+    cached = eng.generate(prompts, max_tokens=24)
+    assert [o.token_ids for o in cached] == [o.token_ids for o in plain]
+    steps = eng.step_stats()
+    assert sum(s.preemptions for s in steps) > 0
+    # A re-admitted sequence finds its blocks again: that is a new hit, counted once in its step.
+    assert sum(s.prefix_cache_hit_tokens for s in steps) == eng.kv.stats()["prefix_cache_hit_tokens"]
 
 
 def test_static_batch_keeps_finished_members_as_padding():

@@ -263,9 +263,11 @@ class ReferenceEngine(OfflineAPI):
             return False
         with self._step_lock:
             start = time.perf_counter()
+            hits_before = self.kv.stats()["prefix_cache_hit_tokens"]
             out = self.scheduler.schedule(start, flushed_order)
             if out is None:
                 return False
+            prefix_hits = self.kv.stats()["prefix_cache_hit_tokens"] - hits_before
             logits, sampled = self.runner.run(out.scheduled)
             real = [out.scheduled[i] for i in sampled]
             tokens = sample(logits, [s.seq.sampling for s in real], [s.seq.generator for s in real])
@@ -284,10 +286,10 @@ class ReferenceEngine(OfflineAPI):
             self._emit(seq, [token], now, first)
             if seq.finish_reason is not None:
                 self._retire(seq, seq.finish_reason, now, emit=False)
-        self._record_step(out, start, now)
+        self._record_step(out, start, now, prefix_hits)
         return True
 
-    def _record_step(self, out, start: float, end: float) -> None:
+    def _record_step(self, out, start: float, end: float, prefix_hits: int) -> None:
         real = [s for s in out.scheduled if not s.is_padding]
         self._steps.append(
             StepStat(
@@ -303,7 +305,7 @@ class ReferenceEngine(OfflineAPI):
                 kv_blocks_free=self.kv.num_free_blocks,
                 num_waiting=len(self.scheduler.waiting),
                 preemptions=len(out.preempted),
-                prefix_cache_hit_tokens=sum(s.num_cached_prompt_tokens for s in out.admitted),
+                prefix_cache_hit_tokens=prefix_hits,  # this step's admissions (re-admissions count anew)
             )
         )
 
