@@ -208,6 +208,54 @@ def test_seeded_sampling_is_reproducible_and_batch_independent():
     assert [o.token_ids for o in a] != [o.token_ids for o in c]
 
 
+def test_unseeded_sampling_follows_the_engine_seed_whatever_ran_before():
+    def run():
+        eng = engine("continuous", "paged", seed=3)
+        return [o.token_ids for o in eng.generate(PROMPTS[:4], max_tokens=8, temperature=1.0)]
+
+    first = run()
+    engine("sequential", "paged").generate(PROMPTS[:3], max_tokens=2)  # other sequences in between
+    assert run() == first
+    other = ReferenceEngine(model="tiny", batching="continuous", seed=4)
+    assert [o.token_ids for o in other.generate(PROMPTS[:4], max_tokens=8, temperature=1.0)] != first
+
+
+def test_a_stopped_engine_runs_only_what_comes_after_the_stop():
+    eng = engine("continuous", "paged")
+    events = []
+    seq = eng._make_sequence(Request(id="early", max_tokens=4, prompt_token_ids=[5, 6, 7]), events.append)
+    eng._submit(seq)  # waits in the inbox; no loop runs it
+    eng.stop()
+    assert events[-1].finished and events[-1].finish_reason == "abort"
+    outs = eng.generate([[5, 6, 7]], max_tokens=4)
+    assert len(outs[0].token_ids) == 4
+    assert len(events) == 1  # the aborted request got no second end
+    assert all(s.num_seqs == 1 for s in eng.step_stats())
+
+
+def test_logits_beside_a_running_loop_leave_the_prefix_cache_alone():
+    eng = engine("continuous", "paged", enable_prefix_caching=True)
+    prompt = PROMPTS[0] + PROMPTS[6]
+    full = eng.logits(prompt)
+    assert eng.kv.stats()["prefix_cache_hit_tokens"] == 0
+    eng.start()
+    try:
+        outs = []
+        worker = threading.Thread(target=lambda: outs.extend(eng.generate(PROMPTS[:16], max_tokens=12)))
+        worker.start()
+        again = [eng.logits(prompt) for _ in range(3)]
+        worker.join(60)
+        again.append(eng.logits(prompt))  # PROMPTS[0]'s blocks are in the prefix cache by now
+    finally:
+        eng.stop()
+    assert len(PROMPTS[0]) > 2 * 16
+    for logits in again:
+        assert (logits - full).abs().max() < 1e-4
+    assert eng.kv.stats()["prefix_cache_hit_tokens"] == 0  # logits() neither hit nor registered blocks
+    assert len(outs) == 16
+    assert eng.kv.num_free_blocks == eng.kv.num_blocks
+
+
 async def _collect(eng, req, events=None):
     tokens = []
     async for ev in eng.stream(req):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import threading
 import time
+import zlib
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -153,6 +154,8 @@ class ReferenceEngine(OfflineAPI):
     def stop(self) -> None:
         with self._lock:
             self._running = False
+            self._inbox.clear()  # what waits here is in _live too, and is retired below
+            self._aborts.clear()
             self._lock.notify_all()
         if self._thread is not None:
             self._thread.join()
@@ -252,6 +255,11 @@ class ReferenceEngine(OfflineAPI):
             inbox, self._inbox = self._inbox, []
             aborts, self._aborts = self._aborts, set()
             flushed_order = self._flushed_order
+        # The step lock covers every change to the KV cache, so logits() can run beside the loop.
+        with self._step_lock:
+            return self._step_locked(inbox, aborts, flushed_order)
+
+    def _step_locked(self, inbox: list[Sequence], aborts: set[str], flushed_order: int) -> bool:
         now = time.perf_counter()
         for seq in inbox:
             self.scheduler.add(seq)
@@ -261,17 +269,16 @@ class ReferenceEngine(OfflineAPI):
                 self._retire(seq, "abort", now)
         if not self.scheduler.has_work():
             return False
-        with self._step_lock:
-            start = time.perf_counter()
-            hits_before = self.kv.stats()["prefix_cache_hit_tokens"]
-            out = self.scheduler.schedule(start, flushed_order)
-            if out is None:
-                return False
-            prefix_hits = self.kv.stats()["prefix_cache_hit_tokens"] - hits_before
-            logits, sampled = self.runner.run(out.scheduled)
-            real = [out.scheduled[i] for i in sampled]
-            tokens = sample(logits, [s.seq.sampling for s in real], [s.seq.generator for s in real])
-            now = time.perf_counter()
+        start = time.perf_counter()
+        hits_before = self.kv.stats()["prefix_cache_hit_tokens"]
+        out = self.scheduler.schedule(start, flushed_order)
+        if out is None:
+            return False
+        prefix_hits = self.kv.stats()["prefix_cache_hit_tokens"] - hits_before
+        logits, sampled = self.runner.run(out.scheduled)
+        real = [out.scheduled[i] for i in sampled]
+        tokens = sample(logits, [s.seq.sampling for s in real], [s.seq.generator for s in real])
+        now = time.perf_counter()
         for s in out.scheduled:
             if not s.is_padding:
                 s.seq.num_computed_tokens += s.num_new_tokens
@@ -323,7 +330,9 @@ class ReferenceEngine(OfflineAPI):
             eos_token_ids=self.config.eos_token_ids,
         )
         seq.on_tokens = on_event
-        seed = request.sampling.seed if request.sampling.seed is not None else self.seed * 1_000_003 + seq.order
+        seed = request.sampling.seed
+        if seed is None:  # derived from the engine's seed and the request's id: the same in every process
+            seed = (self.seed * 1_000_003 + zlib.crc32(request.id.encode())) % 2**63
         if request.sampling.temperature > 0:
             seq.generator = torch.Generator().manual_seed(seed)
         return seq

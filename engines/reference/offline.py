@@ -89,8 +89,7 @@ class OfflineAPI:
         with self._step_lock:
             if not self.kv.can_admit(seq, len(prompt_token_ids)):
                 raise ValueError("the prompt does not fit in the free KV cache")
-            self.kv.admit(seq)
-            seq.num_computed_tokens = 0  # a full forward even when a prefix is cached
+            self.kv.admit(seq, reuse_prefix=False)  # a full forward into blocks of its own
             try:
                 if not self.kv.grow(seq, len(prompt_token_ids)):
                     raise ValueError("the prompt does not fit in the free KV cache")

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from engines.base import SamplingParams
+from engines.base import SamplingParams, TokenEvent
 
 _arrival_counter = itertools.count()
 
@@ -28,7 +28,7 @@ class Sequence:
     max_tokens: int
     sampling: SamplingParams
     eos_token_ids: tuple[int, ...] = ()
-    on_tokens: Callable[[Sequence, list[int], float], None] | None = None
+    on_tokens: Callable[[TokenEvent], None] | None = None
     submitted_s: float = field(default_factory=time.perf_counter)
     order: int = field(default_factory=lambda: next(_arrival_counter))  # FCFS tie-break
     output_token_ids: list[int] = field(default_factory=list)

@@ -27,8 +27,8 @@ class KVCache(Protocol):
     def can_admit(self, seq: Sequence, num_new_tokens: int) -> bool:
         """Could `seq` be admitted with room for `num_new_tokens` more computed tokens?"""
 
-    def admit(self, seq: Sequence) -> None:
-        """Take what the sequence needs to start (a slot; cached prefix blocks)."""
+    def admit(self, seq: Sequence, reuse_prefix: bool = True) -> None:
+        """Take what the sequence needs to start (a slot; cached prefix blocks unless `reuse_prefix` is off)."""
 
     def grow(self, seq: Sequence, num_tokens: int) -> bool:
         """Ensure blocks for `num_tokens` computed tokens; False when out of blocks."""

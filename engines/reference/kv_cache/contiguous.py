@@ -51,7 +51,7 @@ class ContiguousKVCache:
     def can_admit(self, seq: Sequence, num_new_tokens: int) -> bool:
         return bool(self._free_slots) and seq.num_computed_tokens + num_new_tokens <= self.max_model_len
 
-    def admit(self, seq: Sequence) -> None:
+    def admit(self, seq: Sequence, reuse_prefix: bool = True) -> None:
         slot = self._free_slots.pop()
         self._slot_of[id(seq)] = slot
         first = 1 + slot * self.blocks_per_slot  # block 0 is the null block

@@ -58,10 +58,10 @@ class PagedKVCache:
             return False
         return blocks_for(seq.num_computed_tokens + num_new_tokens, self.block_size) <= len(self._free)
 
-    def admit(self, seq: Sequence) -> None:
+    def admit(self, seq: Sequence, reuse_prefix: bool = True) -> None:
         seq.block_table = []
         self._seq_keys[id(seq)] = []
-        if not self.enable_prefix_caching:
+        if not (self.enable_prefix_caching and reuse_prefix):
             return
         tokens = seq.all_token_ids
         # At least one token must run through the model to produce logits.
