@@ -72,7 +72,7 @@ def default_num_kv_blocks(
     wanted = max_num_seqs * blocks_for(max_model_len, block_size)
     if device.type == "cuda":
         total = torch.cuda.get_device_properties(device).total_memory
-        budget = total * GPU_MEMORY_UTILIZATION - built.weight_bytes - torch.cuda.memory_allocated(device)
+        budget = total * GPU_MEMORY_UTILIZATION - torch.cuda.memory_allocated(device)  # the weights are in it
     else:
         import psutil
 

@@ -14,7 +14,7 @@ class EagerAttention:
     def __call__(self, q, k_cache, v_cache, meta: AttentionMetadata, scale: float) -> torch.Tensor:
         out = torch.empty_like(q)
         group = q.shape[1] // k_cache.shape[2]
-        starts = meta.cu_query_lens.tolist()
+        starts = meta.query_starts
         for i, (q_len, seq_len) in enumerate(zip(meta.query_lens, meta.seq_lens, strict=True)):
             k = gather_context(k_cache, meta.block_tables[i], seq_len).repeat_interleave(group, dim=1)
             v = gather_context(v_cache, meta.block_tables[i], seq_len).repeat_interleave(group, dim=1)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from engines.reference.attention.base import AttentionMetadata
+from engines.reference.attention.base import DecodeBatch
 
 
 def gather_context(cache: torch.Tensor, block_table: torch.Tensor, seq_len: int) -> torch.Tensor:
@@ -14,15 +14,9 @@ def gather_context(cache: torch.Tensor, block_table: torch.Tensor, seq_len: int)
     return cache[block_table[:num_blocks]].flatten(0, 1)[:seq_len]
 
 
-def gather_padded(cache: torch.Tensor, meta: AttentionMetadata, rows: torch.Tensor | None = None):
-    """Every sequence's context padded to the longest: [B, max_seq_len, H, D] and a key mask [B, max_seq_len]."""
-    block_tables = meta.block_tables if rows is None else meta.block_tables[rows]
-    seq_lens = meta.seq_lens_t if rows is None else meta.seq_lens_t[rows]
-    max_len = int(seq_lens.max())
-    num_blocks = -(-max_len // meta.block_size)
-    kv = cache[block_tables[:, :num_blocks]].flatten(1, 2)[:, :max_len]
-    mask = torch.arange(max_len, device=cache.device)[None, :] < seq_lens[:, None]
-    return kv, mask
+def gather_padded(cache: torch.Tensor, batch: DecodeBatch) -> torch.Tensor:
+    """The batch's contexts padded to the longest: [B, max_len, H, D] (batch.key_mask marks the real keys)."""
+    return cache[batch.block_tables].flatten(1, 2)[:, : batch.max_len]
 
 
 def causal_mask(query_len: int, seq_len: int, device) -> torch.Tensor:

@@ -16,15 +16,12 @@ class SdpaAttention:
         if meta.is_decode_only:
             return self._decode(q, k_cache, v_cache, meta, scale)
         out = torch.empty_like(q)
-        starts = meta.cu_query_lens.tolist()
-        decode_rows = [i for i, n in enumerate(meta.query_lens) if n == 1]
-        if len(decode_rows) > 1:
-            rows = torch.tensor(decode_rows, device=q.device)
-            token_idx = meta.cu_query_lens[rows].long()
-            out[token_idx] = self._decode(q[token_idx], k_cache, v_cache, meta, scale, rows)
-            decode_rows = set(decode_rows)
-        else:
-            decode_rows = set()
+        starts = meta.query_starts
+        decode_rows = set()
+        if len(meta.decode_rows) > 1:
+            token_index = meta.decode_batch.token_index
+            out[token_index] = self._decode(q[token_index], k_cache, v_cache, meta, scale)
+            decode_rows = set(meta.decode_rows)
         for i, (q_len, seq_len) in enumerate(zip(meta.query_lens, meta.seq_lens, strict=True)):
             if i in decode_rows:
                 continue
@@ -45,10 +42,12 @@ class SdpaAttention:
         return out
 
     @staticmethod
-    def _decode(q, k_cache, v_cache, meta, scale, rows=None):
-        """One query per sequence against its padded context, all sequences in one call."""
-        k, mask = gather_padded(k_cache, meta, rows)
-        v, _ = gather_padded(v_cache, meta, rows)
+    def _decode(q, k_cache, v_cache, meta, scale):
+        """One query per decode row against its padded context, all of them in one call."""
+        batch = meta.decode_batch
+        k = gather_padded(k_cache, batch)
+        v = gather_padded(v_cache, batch)
+        mask = batch.key_mask
         o = F.scaled_dot_product_attention(
             q.unsqueeze(2),  # [B, Hq, 1, D]
             k.to(q.dtype).transpose(1, 2),  # [B, Hkv, S, D]
