@@ -7,7 +7,7 @@ and v5 (`rope_parameters` holding `rope_theta` and the scaling fields).
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +36,6 @@ class ModelConfig:
     eos_token_ids: tuple[int, ...] = (2,)
     initializer_range: float = 0.02
     name: str = "custom"
-    extra: dict[str, Any] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         if self.head_dim is None:
@@ -83,19 +82,10 @@ class ModelConfig:
         """K and V for every layer: 2 x layers x kv_heads x head_dim x bytes."""
         return 2 * self.num_hidden_layers * self.kv_size * bytes_per_element
 
-    def flops_per_token(self, context_len: int = 0) -> float:
-        """Forward FLOPs for one token: 2 x matmul weights (LM head included) + attention over the context."""
-        h, i = self.hidden_size, self.intermediate_size
-        per_layer = h * (self.q_size + 2 * self.kv_size) + self.q_size * h + 3 * h * i
-        matmul_params = self.num_hidden_layers * per_layer + self.vocab_size * h
-        attention = 4 * self.num_hidden_layers * self.q_size * context_len  # QK^T and PV
-        return 2.0 * matmul_params + attention
-
     # -- (de)serialization -------------------------------------------------------
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
-        d.pop("extra")
         d["eos_token_ids"] = list(self.eos_token_ids)
         return d
 

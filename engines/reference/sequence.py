@@ -55,10 +55,6 @@ class Sequence:
         return self.num_tokens - self.num_computed_tokens
 
     @property
-    def is_prefilling(self) -> bool:
-        return self.num_uncomputed_tokens > 1
-
-    @property
     def is_finished(self) -> bool:
         return self.status is SeqStatus.FINISHED
 
