@@ -64,16 +64,13 @@ class OfflineAPI:
             p = _Pending(seq=None)  # type: ignore[arg-type]
             p.seq = self._make_sequence(request, lambda ev, p=p: self._on_generate_event(p, ev))
             pending.append(p)
-        if self._thread is not None:
-            for p in pending:
-                self._submit(p.seq)
-            self.flush()
+        for p in pending:
+            self._submit(p.seq)
+        self.flush()
+        if self._thread is not None:  # the running loop serves them
             for p in pending:
                 p.done.wait()
-        else:
-            for p in pending:
-                self._submit(p.seq)
-            self.flush()
+        else:  # drive the steps from this thread
             while not all(p.done.is_set() for p in pending):
                 if not self._step_once():
                     raise RuntimeError("the engine stalled with unfinished requests")
