@@ -122,6 +122,8 @@ def telemetry_collected(run: Run) -> Iterator[None]:
         collector.start()
     except SamplerUnavailable as err:
         raise UsageError(f"telemetry.source={cfg.source!r}: {err}") from None
+    except ValueError as err:  # a device index this machine does not have
+        raise UsageError(f"telemetry.device_indices={cfg.device_indices!r}: {err}") from None
     run.collector = collector
     try:
         yield

@@ -58,6 +58,10 @@ BAD_INPUTS = {
         ["scenario=trace", "scenario.arrival.trace_path=corrupt.jsonl"],
         ["scenario.arrival.trace_path", "corrupt.jsonl line 2", "JSON"],
     ),
+    "negative telemetry device index": (
+        ["engine=synthetic", "telemetry.device_indices=[-1]"],
+        ["telemetry.device_indices=[-1]", "must be >= 0"],
+    ),
     "missing checkpoint folder": (
         ["model.path=no/such/checkpoint"],
         ["model.path='no/such/checkpoint'", "no such checkpoint folder"],
