@@ -5,7 +5,8 @@
     build              the engine from its registry, and the scenario's workload for its tokenizer
     write_environment  environment.json, once the engine has loaded what it uses (torch, CUDA)
     drive_load         warmup then measured load, inside every AROUND_LOAD context
-                       (engine started, telemetry collected)
+                       (engine started, telemetry collected, its samples then put
+                       on the records' clock)
     write_step_stats   steps.jsonl, when the engine reports its steps
     write_telemetry    telemetry.csv, on the records' clock
     summarize          the figures from the records and the config objects
@@ -157,6 +158,8 @@ def drive_load(run: Run) -> None:
         run.load = asyncio.run(
             loadgen.run(warmup, run.workload.requests(), concurrency, scenario.duration_s)
         )
+    if run.collector is not None:  # stopped now: its samples move onto the records' clock
+        run.collector.rebase(run.load.origin_perf_counter_s)
 
 
 def write_step_stats(run: Run) -> None:
@@ -174,7 +177,6 @@ def write_step_stats(run: Run) -> None:
 
 def write_telemetry(run: Run) -> None:
     if run.collector is not None:
-        run.collector.rebase(run.load.origin_perf_counter_s)
         run.collector.write_csv(run.run_dir / "telemetry.csv")
 
 

@@ -16,16 +16,21 @@ from engines.reference.config import ModelConfig
 from engines.reference.presets import get_preset
 from llmperf.hardware.profile import HardwareProfile
 from llmperf.loadgen import LoadResult
-from llmperf.runner import add_hardware_figures, run_benchmark
+from llmperf.runner import STAGES, Run, add_hardware_figures, drive_load, run_benchmark
 
 
-@pytest.fixture(scope="module")
-def run_dir(tmp_path_factory):
+def compose_config(overrides):
     from hydra import compose, initialize_config_module
 
     from llmperf.config import load_config, register_configs
 
     register_configs()
+    with initialize_config_module(config_module="scenarios", version_base="1.3"):
+        return load_config(compose("config", overrides=overrides))
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
     overrides = [
         "scenario=offline",
         "scenario.num_requests=12",
@@ -39,11 +44,20 @@ def run_dir(tmp_path_factory):
         "hardware=cpu",
         "hardware.usd_per_hour=0.36",
     ]
-    with initialize_config_module(config_module="scenarios", version_base="1.3"):
-        config = load_config(compose("config", overrides=overrides))
+    config = compose_config(overrides)
     path = tmp_path_factory.mktemp("run")
     run_benchmark(config, path, argv=overrides, console=Console(file=io.StringIO()))
     return path
+
+
+def test_telemetry_is_on_the_records_clock_once_the_load_ends(tmp_path):
+    config = compose_config(["engine=synthetic", "scenario.num_requests=4", "telemetry.interval_s=0.05"])
+    run = Run(config, tmp_path, console=Console(file=io.StringIO()))
+    for stage in STAGES[: STAGES.index(drive_load) + 1]:
+        stage(run)
+    assert run.collector.t0 == run.load.origin_perf_counter_s
+    # Sampling starts before the load does, so the first sample is at or before time 0.
+    assert run.collector.samples[0].timestamp_s <= 0.0 < run.collector.samples[-1].timestamp_s
 
 
 def load(run_dir):
