@@ -156,6 +156,14 @@ def test_sharegpt_errors_name_file_and_line(tmp_path):
         load_sharegpt(str(tmp_path / "missing.jsonl"))
 
 
+@pytest.mark.parametrize("load", [load_sharegpt, load_trace])
+def test_datasets_and_traces_name_a_line_that_is_not_json(tmp_path, load):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"timestamp": 0}\n\n{"timestamp": 5,\n')
+    with pytest.raises(DataError, match=r": .*bad\.jsonl line 3: not valid JSON \(Expecting"):
+        load(str(bad))
+
+
 def test_trace_replays_timestamps_lengths_and_shared_prefixes():
     rows = load_trace(TRACE_SAMPLE)
     scenario = ScenarioConfig(
