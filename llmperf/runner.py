@@ -99,7 +99,7 @@ def build(run: Run) -> None:
 
 
 def write_environment(run: Run) -> None:
-    environment = collect_environment(run.config.hardware, run.argv)
+    environment = collect_environment(run.profile.to_dict(), run.argv)
     _write_json(run.run_dir / "environment.json", environment)
 
 
