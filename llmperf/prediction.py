@@ -18,19 +18,6 @@ from engines.reference.config import ModelConfig
 from llmperf.hardware.profile import HardwareProfile
 from llmperf.plan.planner import predict_latency
 
-PREDICTION_KEYS = (
-    "predicted_ttft_s",
-    "predicted_decode_step_s",
-    "measured_decode_step_s",
-    "prediction_error_ttft",
-    "prediction_error_tpot",
-    "prediction_error_decode_step",
-    "prediction_batch",
-    "prediction_prompt_len",
-    "prediction_context_len",
-    "prediction_prefill_batch",
-)
-
 
 def prediction_summary(
     steps: list[StepStat],

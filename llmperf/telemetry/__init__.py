@@ -8,7 +8,7 @@ throttling to summary.json. Nothing here touches a device at import time.
 from llmperf.telemetry.collector import Collector
 from llmperf.telemetry.sample import Sample, Sampler, SamplerUnavailable
 from llmperf.telemetry.sources import SAMPLERS, SOURCES
-from llmperf.telemetry.summary import summarize, validity_warnings
+from llmperf.telemetry.summary import summarize
 
 __all__ = [
     "SAMPLERS",
@@ -18,5 +18,4 @@ __all__ = [
     "Sampler",
     "SamplerUnavailable",
     "summarize",
-    "validity_warnings",
 ]

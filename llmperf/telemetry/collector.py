@@ -11,7 +11,7 @@ from typing import Any
 
 from llmperf.telemetry.sample import Sample, Sampler
 from llmperf.telemetry.sources import open_samplers, validate_source
-from llmperf.telemetry.summary import columns_of, summarize, validity_warnings
+from llmperf.telemetry.summary import columns_of, summarize
 
 
 def _format(value: float | None) -> str:
@@ -144,7 +144,3 @@ class Collector:
             "telemetry_unavailable": self.unavailable(),
         }
         return summary
-
-    def warnings(self, start_s: float | None = None, end_s: float | None = None) -> list[str]:
-        """Validity warnings for the run (throttling seen)."""
-        return validity_warnings(summarize(self.samples, start_s, end_s))
