@@ -273,6 +273,8 @@ class TelemetryConfig:
         _positive(self, "interval_s", allow_none=False)
         if self.source not in SOURCES:
             raise ConfigError("source", self.source, "unknown telemetry source", SOURCES)
+        if self.device_indices is not None and any(i < 0 for i in self.device_indices):
+            raise ConfigError("device_indices", self.device_indices, "indices must be >= 0")
 
 
 @dataclass

@@ -21,7 +21,6 @@ from collections.abc import Iterable
 
 from engines.base import StepStat
 
-SPLITS = ("step_time", "tokens")
 COST_KEYS = (
     "run_cost_usd",
     "usd_per_1m_input_tokens",

@@ -1,8 +1,5 @@
-"""What a run ran on, for environment.json: versions, devices, git commit, command line.
-
-Nothing here imports torch: its version comes from package metadata, and its CUDA
-build and devices are read only when the engine has already imported it.
-"""
+"""What a run ran on, for environment.json: versions, devices, git commit, command line,
+and the hardware profile the run's figures used."""
 
 from __future__ import annotations
 
@@ -22,6 +19,7 @@ PROJECT_ROOT = Path(llmperf.__file__).resolve().parent.parent
 
 
 def collect_environment(hardware: dict[str, Any], argv: list[str]) -> dict[str, Any]:
+    """`hardware`: the resolved profile's dict (what `hardware=auto` became)."""
     return {
         "llmperf_version": llmperf.__version__,
         "python": sys.version.split()[0],
@@ -46,8 +44,9 @@ def _package_version(name: str) -> str | None:
 
 
 def _torch_facts() -> dict[str, Any] | None:
-    torch = sys.modules.get("torch")
-    if torch is None:  # this engine did not use torch; do not pay its import here
+    try:
+        import torch  # the engines have imported it already
+    except ImportError:
         return None
     facts: dict[str, Any] = {
         "version": torch.__version__,

@@ -18,19 +18,6 @@ from engines.reference.config import ModelConfig
 from llmperf.hardware.profile import HardwareProfile
 from llmperf.plan.planner import predict_latency
 
-PREDICTION_KEYS = (
-    "predicted_ttft_s",
-    "predicted_decode_step_s",
-    "measured_decode_step_s",
-    "prediction_error_ttft",
-    "prediction_error_tpot",
-    "prediction_error_decode_step",
-    "prediction_batch",
-    "prediction_prompt_len",
-    "prediction_context_len",
-    "prediction_prefill_batch",
-)
-
 
 def prediction_summary(
     steps: list[StepStat],
@@ -38,7 +25,11 @@ def prediction_summary(
     info: dict[str, Any],
     profile: HardwareProfile,
     summary: dict[str, Any],
+    *,
+    tp: int,
+    kv_bytes_per_element: float,
 ) -> dict[str, Any]:
+    """`profile` is one device's; `tp` devices share the work (1 where the ranks share a CPU)."""
     decode = [s for s in steps if s.kind == "decode" and s.num_seqs]
     prefill = [s for s in steps if s.kind == "prefill" and s.num_seqs]
     if not decode or not prefill or "precision" not in info:
@@ -48,10 +39,10 @@ def prediction_summary(
     prompt_batch = round(median(s.num_seqs for s in prefill))
     prompt_len = median(s.num_prefill_tokens / s.num_seqs for s in prefill)
     engine = dict(
-        tp=info.get("tp", 1),
+        tp=tp,
         weight_bytes=info["weight_bytes"],
         compute_dtype=info["compute_dtype"],
-        kv_bytes_per_element=info["kv_bytes_per_token"] / model.kv_bytes_per_token(1),
+        kv_bytes_per_element=kv_bytes_per_element,
         peak="sustained",
     )
 

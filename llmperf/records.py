@@ -6,7 +6,6 @@ Times are seconds from the start of the run (the load generator's clock origin).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import IO, Any
@@ -60,14 +59,3 @@ class RecordWriter:
     def write(self, record: RequestRecord) -> None:
         self._file.write(json.dumps(record.to_dict()) + "\n")
         self._file.flush()
-
-
-def read_records(path: Path) -> list[RequestRecord]:
-    return list(iter_records(path))
-
-
-def iter_records(path: Path) -> Iterator[RequestRecord]:
-    with Path(path).open(encoding="utf-8") as f:
-        for line in f:
-            if line.strip():
-                yield RequestRecord.from_dict(json.loads(line))

@@ -26,7 +26,7 @@ total bytes / their total time / peak bandwidth; MFU likewise with FLOPs.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from engines.base import StepStat
@@ -158,49 +158,6 @@ def phase_of(step: StepStat) -> str:
     return "prefill" if step.num_decode_tokens == 0 else "mixed"
 
 
-@dataclass(frozen=True)
-class StepRoofline:
-    """One step against the ceilings, for per-step plots."""
-
-    phase: str
-    num_seqs: int
-    duration_s: float
-    bytes: float
-    flops: float
-    achieved_bw_bytes_per_s: float
-    achieved_flops_per_s: float
-    lower_bound_s: float | None
-    bound: str | None
-
-
-def analyze_steps(
-    steps: Iterable[StepStat],
-    work: ModelWork,
-    profile: HardwareProfile,
-    compute_dtype: str,
-    peak: str = "best",
-) -> list[StepRoofline]:
-    rows = []
-    mem_bw, flops = profile.mem_bw(peak), profile.flops(compute_dtype, peak)
-    for step in steps:
-        w = step_work(work, step)
-        b = lower_bound(w, mem_bw, flops)
-        rows.append(
-            StepRoofline(
-                phase=phase_of(step),
-                num_seqs=step.num_seqs,
-                duration_s=step.duration_s,
-                bytes=w.bytes,
-                flops=w.flops,
-                achieved_bw_bytes_per_s=_ratio(w.bytes, step.duration_s) or 0.0,
-                achieved_flops_per_s=_ratio(w.flops, step.duration_s) or 0.0,
-                lower_bound_s=b.seconds if b else None,
-                bound=b.bound if b else None,
-            )
-        )
-    return rows
-
-
 def roofline_summary(
     steps: Sequence[StepStat],
     model: ModelConfig,
@@ -227,19 +184,31 @@ def roofline_summary(
         "roofline_peak_source": profile.peak_source(),
         "roofline_compute_dtype": compute_dtype,
     }
-    work = ModelWork.of(model, weight_bytes, kv_bytes_per_element)
+    model_work = ModelWork.of(model, weight_bytes, kv_bytes_per_element)
+    works = [step_work(model_work, step) for step in steps]
+    achieved: dict[str, tuple[float | None, float | None]] = {}  # phase: (bytes/s, FLOP/s)
+    for phase in PHASES:
+        mine = [(s, w) for s, w in zip(steps, works, strict=True) if phase_of(s) == phase]
+        seconds = sum(s.duration_s for s, _ in mine)
+        bytes_per_s = _ratio(sum(w.bytes for _, w in mine), seconds)
+        flops_per_s = _ratio(sum(w.flops for _, w in mine), seconds)
+        achieved[phase] = bytes_per_s, flops_per_s
+        out[f"achieved_bw_{phase}_bytes_per_s"] = bytes_per_s
+        out[f"achieved_flops_{phase}_per_s"] = flops_per_s
+    busy_s = sum(s.duration_s for s in steps)
     peaks = [("best", "")] + ([("measured", "_measured")] if profile.has_measured() else [])
     for peak, suffix in peaks:
-        rows = analyze_steps(steps, work, profile, compute_dtype, peak)
-        figures = _aggregate(rows, profile.mem_bw(peak), profile.flops(compute_dtype, peak))
-        if peak == "best":
-            out.update(_achieved(rows))
-        bounds = [r.lower_bound_s for r in rows]
-        bound_s = sum(bounds) if rows and None not in bounds else None
+        mem_bw, flops = profile.mem_bw(peak), profile.flops(compute_dtype, peak)
+        figures: dict[str, float | None] = {}
+        for phase, (achieved_bw, achieved_flops) in achieved.items():
+            figures[f"mbu_{phase}"] = _ratio(achieved_bw, mem_bw)
+            figures[f"mfu_{phase}"] = _ratio(achieved_flops, flops)
+        bounds = [lower_bound(w, mem_bw, flops) for w in works]
+        bound_s = sum(b.seconds for b in bounds) if works and None not in bounds else None
         ceiling = _ratio(output_tokens, bound_s)
         figures["roofline_output_tps"] = ceiling
         figures["roofline_fraction"] = _ratio(_ratio(output_tokens, duration_s), ceiling)
-        figures["roofline_step_fraction"] = _ratio(bound_s, sum(r.duration_s for r in rows))
+        figures["roofline_step_fraction"] = _ratio(bound_s, busy_s)
         out.update({f"{k}{suffix}": v for k, v in figures.items()})
     return out
 
@@ -288,28 +257,6 @@ def estimate_summary(
         out[f"roofline_fraction{suffix}"] = _ratio(output_tps, ceiling)
         out[f"roofline_step_fraction{suffix}"] = _ratio(b.seconds if b else None, tpot_s_mean)
     return out
-
-
-def _aggregate(
-    rows: list[StepRoofline], mem_bw: float | None, flops: float | None
-) -> dict[str, float | None]:
-    figures: dict[str, float | None] = {}
-    for phase in PHASES:
-        mine = [r for r in rows if r.phase == phase]
-        seconds = sum(r.duration_s for r in mine)
-        figures[f"mbu_{phase}"] = _ratio(_ratio(sum(r.bytes for r in mine), seconds), mem_bw)
-        figures[f"mfu_{phase}"] = _ratio(_ratio(sum(r.flops for r in mine), seconds), flops)
-    return figures
-
-
-def _achieved(rows: list[StepRoofline]) -> dict[str, float | None]:
-    figures: dict[str, float | None] = {}
-    for phase in PHASES:
-        mine = [r for r in rows if r.phase == phase]
-        seconds = sum(r.duration_s for r in mine)
-        figures[f"achieved_bw_{phase}_bytes_per_s"] = _ratio(sum(r.bytes for r in mine), seconds)
-        figures[f"achieved_flops_{phase}_per_s"] = _ratio(sum(r.flops for r in mine), seconds)
-    return figures
 
 
 def _ratio(num: float | None, den: float | None) -> float | None:

@@ -5,7 +5,8 @@
     build              the engine from its registry, and the scenario's workload for its tokenizer
     write_environment  environment.json, once the engine has loaded what it uses (torch, CUDA)
     drive_load         warmup then measured load, inside every AROUND_LOAD context
-                       (engine started, telemetry collected)
+                       (engine started, telemetry collected, its samples then put
+                       on the records' clock)
     write_step_stats   steps.jsonl, when the engine reports its steps
     write_telemetry    telemetry.csv, on the records' clock
     summarize          the figures from the records and the config objects
@@ -98,7 +99,7 @@ def build(run: Run) -> None:
 
 
 def write_environment(run: Run) -> None:
-    environment = collect_environment(run.config.hardware, run.argv)
+    environment = collect_environment(run.profile.to_dict(), run.argv)
     _write_json(run.run_dir / "environment.json", environment)
 
 
@@ -122,6 +123,8 @@ def telemetry_collected(run: Run) -> Iterator[None]:
         collector.start()
     except SamplerUnavailable as err:
         raise UsageError(f"telemetry.source={cfg.source!r}: {err}") from None
+    except ValueError as err:  # a device index this machine does not have
+        raise UsageError(f"telemetry.device_indices={cfg.device_indices!r}: {err}") from None
     run.collector = collector
     try:
         yield
@@ -155,6 +158,8 @@ def drive_load(run: Run) -> None:
         run.load = asyncio.run(
             loadgen.run(warmup, run.workload.requests(), concurrency, scenario.duration_s)
         )
+    if run.collector is not None:  # stopped now: its samples move onto the records' clock
+        run.collector.rebase(run.load.origin_perf_counter_s)
 
 
 def write_step_stats(run: Run) -> None:
@@ -172,7 +177,6 @@ def write_step_stats(run: Run) -> None:
 
 def write_telemetry(run: Run) -> None:
     if run.collector is not None:
-        run.collector.rebase(run.load.origin_perf_counter_s)
         run.collector.write_csv(run.run_dir / "telemetry.csv")
 
 
@@ -204,37 +208,51 @@ def summarize(run: Run) -> None:
 
 
 def add_hardware_figures(run: Run) -> None:
-    """Telemetry (measured window), roofline MBU/MFU and cost per token."""
+    """Telemetry (measured window), roofline MBU/MFU, the latency prediction and cost per token.
+
+    Tensor-parallel ranks on GPUs each have a device: bandwidth, FLOP/s and price add
+    up over them. Ranks on a CPU share its memory bandwidth, cores and price.
+    """
     s = run.summary
     if run.collector is not None:
         s.update(run.collector.summarize(run.load.measure_start_s, run.load.end_s))
     info = s["engine"]
+    steps = measured_steps(run)
+    profile = run.profile
+    devices = info.get("tp", 1) if profile is not None and profile.kind == "gpu" else 1
+    if devices > 1:
+        profile = profile.scaled(devices)
     model_config = info.get("model_config")
     roofline_keys = ("weight_bytes", "kv_bytes_per_token", "compute_dtype")
-    if model_config and run.profile is not None and all(k in info for k in roofline_keys):
+    if model_config and profile is not None and all(k in info for k in roofline_keys):
         model = ModelConfig(**model_config)
-        s.update(_roofline(run, model, info))
-        s.update(prediction_summary(measured_steps(run), model, info, run.profile, s))
-    usd_per_hour = run.profile.usd_per_hour if run.profile else None
+        kv_bytes_per_element = info["kv_bytes_per_token"] / model.kv_bytes_per_token(1)
+        s.update(_roofline(s, steps, model, info, kv_bytes_per_element, profile))
+        s.update(
+            prediction_summary(
+                steps, model, info, run.profile, s, tp=devices, kv_bytes_per_element=kv_bytes_per_element
+            )
+        )
     s.update(
         cost_summary(
-            usd_per_hour,
+            profile.usd_per_hour if profile else None,
             s["duration_s"],
             s["input_tokens_total"],
             s["output_tokens_total"],
-            steps=measured_steps(run),
+            steps=steps,
             energy_j=s.get("energy_j"),
         )
     )
 
 
-def _roofline(run: Run, model: ModelConfig, info: dict[str, Any]) -> dict[str, Any]:
-    s, profile = run.summary, run.profile
-    tp = info.get("tp", 1)
-    if tp > 1 and profile.kind == "gpu":  # the ranks' devices add up
-        profile = profile.scaled(tp)
-    kv_bytes_per_element = info["kv_bytes_per_token"] / model.kv_bytes_per_token(1)
-    steps = measured_steps(run)
+def _roofline(
+    s: dict[str, Any],
+    steps: list[StepStat],
+    model: ModelConfig,
+    info: dict[str, Any],
+    kv_bytes_per_element: float,
+    profile: HardwareProfile,
+) -> dict[str, Any]:
     common = (model, info["weight_bytes"], kv_bytes_per_element, profile, info["compute_dtype"])
     if steps:
         return roofline_summary(

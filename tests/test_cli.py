@@ -58,6 +58,10 @@ BAD_INPUTS = {
         ["scenario=trace", "scenario.arrival.trace_path=corrupt.jsonl"],
         ["scenario.arrival.trace_path", "corrupt.jsonl line 2", "JSON"],
     ),
+    "negative telemetry device index": (
+        ["engine=synthetic", "telemetry.device_indices=[-1]"],
+        ["telemetry.device_indices=[-1]", "must be >= 0"],
+    ),
     "missing checkpoint folder": (
         ["model.path=no/such/checkpoint"],
         ["model.path='no/such/checkpoint'", "no such checkpoint folder"],
@@ -133,6 +137,9 @@ def test_run_writes_its_folder_under_reports_runs(tmp_path):
         "scenario.warmup_requests=1",
     ]
     assert environment["packages"]["torch"] and environment["python"] == sys.version.split()[0]
+    assert environment["torch"]["version"] == environment["packages"]["torch"]
+    # hardware=auto, as resolved: the profile the figures used
+    assert environment["hardware"] == summary["hardware"] and summary["hardware"]["name"] != "auto"
     assert "ttft" in stdout and "throughput" in stdout
 
 

@@ -56,7 +56,7 @@ def test_every_gpu_profile_has_memory_bandwidth_bf16_flops_and_price(name):
     assert p.name == name and p.kind == "gpu" and p.source == "datasheet"
     assert p.memory_bytes > 16 * 2**30
     assert 1e11 < p.peak_mem_bw_bytes_per_s < 2e13
-    assert p.flops_for("bf16") > p.flops_for("fp32") > 1e12
+    assert p.flops("bf16", "datasheet") > p.flops("fp32", "datasheet") > 1e12
     assert p.usd_per_hour > 0 and p.tdp_w > 0
 
 
@@ -64,7 +64,7 @@ def test_datasheet_figures_of_h100_and_h200():
     h100, h200 = load_profile("h100-sxm"), load_profile("h200")
     assert h100.peak_mem_bw_bytes_per_s == 3.35e12
     assert h200.peak_mem_bw_bytes_per_s == 4.8e12
-    assert h100.flops_for("bf16") == h200.flops_for("bf16") == 989.4e12  # same compute die
+    assert h100.flops("bf16", "datasheet") == h200.flops("bf16", "datasheet") == 989.4e12  # same compute die
     assert h100.memory_bytes == 80 * 2**30
     assert h200.memory_bytes == 141 * 2**30
 
@@ -72,7 +72,7 @@ def test_datasheet_figures_of_h100_and_h200():
 def test_flops_accept_torch_dtype_names_as_engines_report_them():
     h100 = load_profile("h100-sxm")
     assert h100.flops("bfloat16") == h100.flops("torch.bfloat16") == h100.flops("bf16") == 989.4e12
-    assert h100.flops_for("float32") == 66.9e12 and h100.flops("float16") == 989.4e12
+    assert h100.flops("float32", "datasheet") == 66.9e12 and h100.flops("float16") == 989.4e12
 
 
 def test_unknown_profile_name_lists_valid_choices():
@@ -84,7 +84,7 @@ def test_from_dict_reads_yaml11_exponents_written_without_a_sign():
     p = HardwareProfile.from_dict(
         {"name": "x", "peak_mem_bw_bytes_per_s": "3.35e12", "peak_flops": {"bf16": "1e15"}}
     )
-    assert p.peak_mem_bw_bytes_per_s == 3.35e12 and p.flops_for("bf16") == 1e15
+    assert p.peak_mem_bw_bytes_per_s == 3.35e12 and p.flops("bf16", "datasheet") == 1e15
 
 
 @pytest.mark.parametrize(
@@ -115,7 +115,7 @@ def test_usd_per_hour_override_from_a_resolved_config_dict_keeps_the_datasheet()
     )  # what hardware.usd_per_hour=3.25 gives
     p = resolve_profile(cfg)
     assert p.usd_per_hour == 3.25
-    assert p.peak_mem_bw_bytes_per_s == 3.35e12 and p.flops_for("bf16") == 989.4e12
+    assert p.peak_mem_bw_bytes_per_s == 3.35e12 and p.flops("bf16", "datasheet") == 989.4e12
 
 
 def test_a_full_hydra_group_dict_with_an_override_resolves_to_the_same_profile():
@@ -222,7 +222,7 @@ def test_probe_cache_is_shared_through_llmperf_cache_dir(tmp_path, monkeypatch):
     monkeypatch.setenv("LLMPERF_CACHE_DIR", str(tmp_path))
     assert probe.cache_dir() == tmp_path
     monkeypatch.setattr(probe, "measure", lambda device, read_bytes=None: fake_probe_result())
-    assert probe.measured_read_bw_bytes_per_s() == 40e9
+    assert probe.probe().read_bw_bytes_per_s == 40e9
     assert (tmp_path / "probe.json").is_file()
 
 

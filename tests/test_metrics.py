@@ -125,3 +125,13 @@ def test_validity_names_each_failed_check(records):
         for c in check_validity(summary, ValidityConfig(min_duration_s=3.0, min_completed=4))
     }
     assert not strict["min_duration"] and not strict["min_completed"]
+
+
+def test_a_run_without_warmup_passes_the_warmup_check(records):
+    summary = {**compute_metrics(records, SloConfig()), "interrupted": False}
+    summary.update(num_warmup=0, num_warmup_completed=0)
+    (warmup,) = [c for c in check_validity(summary, ValidityConfig()) if c.check == "warmup"]
+    assert (warmup.ok, warmup.detail) == (True, "no warmup requested")
+    summary.update(num_warmup=2, num_warmup_completed=1)
+    (warmup,) = [c for c in check_validity(summary, ValidityConfig()) if c.check == "warmup"]
+    assert (warmup.ok, warmup.detail) == (False, "1 of 2 warmup requests completed")

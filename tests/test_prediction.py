@@ -30,7 +30,7 @@ def test_decode_step_prediction_is_the_bandwidth_bound_by_hand():
         step("decode", 4, 0, 4, 4 * 600, t) for t in (0.0040, 0.0042, 0.0041)
     ]
     summary = {"ttft_s": {"median": 0.031}, "tpot_s": {"median": 0.0043}}
-    out = prediction_summary(steps, cfg, info, profile, summary)
+    out = prediction_summary(steps, cfg, info, profile, summary, tp=1, kv_bytes_per_element=2)
     # Batch 4 at 600 tokens of context: memory-bound; the weights once, the KV of 4 x 600
     # positions read, 4 new positions written.
     expected = (weight_bytes + kv_token * 4 * 601) / 4.8e12
@@ -49,4 +49,5 @@ def test_no_prediction_without_both_phases():
     cfg = get_preset("tiny")
     profile = HardwareProfile(name="cpu", kind="cpu", measured_mem_bw_bytes_per_s=2e10)
     info = {"precision": "fp32", "weight_bytes": 1, "compute_dtype": "float32", "kv_bytes_per_token": 4}
-    assert prediction_summary([step("decode", 1, 0, 1, 10, 0.01)], cfg, info, profile, {}) == {}
+    decode_only = [step("decode", 1, 0, 1, 10, 0.01)]
+    assert prediction_summary(decode_only, cfg, info, profile, {}, tp=1, kv_bytes_per_element=4) == {}

@@ -5,21 +5,32 @@ from __future__ import annotations
 import csv
 import io
 import json
+from dataclasses import asdict
+from types import SimpleNamespace
 
 import pytest
 from rich.console import Console
 
+from engines.base import StepStat
 from engines.reference.config import ModelConfig
-from llmperf.runner import run_benchmark
+from engines.reference.presets import get_preset
+from llmperf.hardware.profile import HardwareProfile
+from llmperf.loadgen import LoadResult
+from llmperf.runner import STAGES, Run, add_hardware_figures, drive_load, run_benchmark
 
 
-@pytest.fixture(scope="module")
-def run_dir(tmp_path_factory):
+def compose_config(overrides):
     from hydra import compose, initialize_config_module
 
     from llmperf.config import load_config, register_configs
 
     register_configs()
+    with initialize_config_module(config_module="scenarios", version_base="1.3"):
+        return load_config(compose("config", overrides=overrides))
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
     overrides = [
         "scenario=offline",
         "scenario.num_requests=12",
@@ -33,11 +44,20 @@ def run_dir(tmp_path_factory):
         "hardware=cpu",
         "hardware.usd_per_hour=0.36",
     ]
-    with initialize_config_module(config_module="scenarios", version_base="1.3"):
-        config = load_config(compose("config", overrides=overrides))
+    config = compose_config(overrides)
     path = tmp_path_factory.mktemp("run")
     run_benchmark(config, path, argv=overrides, console=Console(file=io.StringIO()))
     return path
+
+
+def test_telemetry_is_on_the_records_clock_once_the_load_ends(tmp_path):
+    config = compose_config(["engine=synthetic", "scenario.num_requests=4", "telemetry.interval_s=0.05"])
+    run = Run(config, tmp_path, console=Console(file=io.StringIO()))
+    for stage in STAGES[: STAGES.index(drive_load) + 1]:
+        stage(run)
+    assert run.collector.t0 == run.load.origin_perf_counter_s
+    # Sampling starts before the load does, so the first sample is at or before time 0.
+    assert run.collector.samples[0].timestamp_s <= 0.0 < run.collector.samples[-1].timestamp_s
 
 
 def load(run_dir):
@@ -105,3 +125,59 @@ def test_cost_keys_recomputed(run_dir):
     assert summary["usd_per_1m_input_tokens"] == pytest.approx(run_usd * share / summary["input_tokens_total"] * 1e6)
     assert summary["usd_per_1m_output_tokens"] == pytest.approx(run_usd * (1 - share) / summary["output_tokens_total"] * 1e6)
     assert summary["energy_j"] is None and summary["energy_per_output_token_j"] is None
+
+
+H200 = HardwareProfile(
+    name="h200", kind="gpu", peak_mem_bw_bytes_per_s=4.8e12,
+    peak_flops={"bf16": 989.4e12}, usd_per_hour=3.5,
+)
+CPU = HardwareProfile(
+    name="cpu", kind="cpu", measured_mem_bw_bytes_per_s=2e10,
+    measured_flops={"bf16": 1e12}, usd_per_hour=0.36,
+)
+LLAMA = get_preset("llama-3.1-8b")
+WEIGHT_BYTES = LLAMA.num_params() * 2
+KV_TOKEN = LLAMA.kv_bytes_per_token(2)
+
+
+def figures_of_a_fake_run(profile: HardwareProfile, tp: int) -> dict:
+    """add_hardware_figures over one prefill of 4 x 512 tokens and 3 decode steps of 4 at 600."""
+    steps = [StepStat(100.0, 0.030, "prefill", 4, 4 * 512, 0, context_tokens=0)] + [
+        StepStat(100.1 + i, t, "decode", 4, 0, 4, context_tokens=4 * 600)
+        for i, t in enumerate((0.0040, 0.0042, 0.0041))
+    ]
+    info = {
+        "model_config": asdict(LLAMA), "precision": "bf16", "weight_bytes": WEIGHT_BYTES,
+        "compute_dtype": "bfloat16", "kv_bytes_per_token": KV_TOKEN, "tp": tp,
+    }
+    summary = {
+        "engine": info, "duration_s": 2.0, "input_tokens_total": 2048, "output_tokens_total": 16,
+        "num_completed": 4, "ttft_s": {"median": 0.031}, "tpot_s": {"median": 0.0043},
+    }
+    load = LoadResult(100.0, 0.0, 0.0, 2.0, 0, 4, False)
+    engine = SimpleNamespace(step_stats=lambda: steps)
+    run = SimpleNamespace(engine=engine, load=load, profile=profile, collector=None, summary=summary)
+    add_hardware_figures(run)
+    return run.summary
+
+
+def test_tp2_on_gpus_pays_for_two_devices_and_predicts_with_both():
+    one, two = figures_of_a_fake_run(H200, tp=1), figures_of_a_fake_run(H200, tp=2)
+    assert one["run_cost_usd"] == pytest.approx(3.5 * 2.0 / 3600)
+    assert two["run_cost_usd"] == pytest.approx(2 * 3.5 * 2.0 / 3600)
+    assert two["usd_per_1m_tokens"] == pytest.approx(2 * 3.5 * 2.0 / 3600 / 2064 * 1e6)
+    # The decode step reads the weights and 4 x 601 positions of KV at twice the bandwidth.
+    decode_bytes = WEIGHT_BYTES + KV_TOKEN * 4 * 601
+    assert one["predicted_decode_step_s"] == pytest.approx(decode_bytes / 4.8e12, rel=1e-3)
+    assert two["predicted_decode_step_s"] == pytest.approx(decode_bytes / 9.6e12, rel=1e-3)
+    assert two["mbu_decode"] == pytest.approx(one["mbu_decode"] / 2)
+
+
+def test_tp2_on_one_cpu_shares_its_bandwidth_and_price():
+    one, two = figures_of_a_fake_run(CPU, tp=1), figures_of_a_fake_run(CPU, tp=2)
+    assert two["run_cost_usd"] == one["run_cost_usd"] == pytest.approx(0.36 * 2.0 / 3600)
+    assert two["predicted_decode_step_s"] == one["predicted_decode_step_s"]
+    assert two["predicted_ttft_s"] == one["predicted_ttft_s"]
+    assert two["mbu_decode"] == one["mbu_decode"]
+    decode_bytes = WEIGHT_BYTES + KV_TOKEN * 4 * 601
+    assert two["predicted_decode_step_s"] >= decode_bytes / 2e10

@@ -5,10 +5,14 @@ from __future__ import annotations
 import csv
 import statistics
 import time
+from types import SimpleNamespace
 
 import pytest
 
-from llmperf.telemetry import Collector, SamplerUnavailable, TelemetryConfig
+from llmperf.config import TelemetryConfig
+from llmperf.errors import ConfigError, UsageError
+from llmperf.runner import telemetry_collected
+from llmperf.telemetry import Collector, SamplerUnavailable
 from llmperf.telemetry.sources import SAMPLERS
 
 
@@ -151,15 +155,48 @@ def test_a_failing_sampler_never_stops_the_others(stub_sources) -> None:
     [
         (
             {"source": "dcgm"},
-            "unknown telemetry source 'dcgm'; valid: auto, nvml, torch_cuda, process",
+            "source='dcgm': unknown telemetry source; valid: auto, nvml, torch_cuda, process",
         ),
-        ({"interval_s": 0}, "telemetry interval_s must be > 0, got 0"),
-        ({"device_indices": [-1]}, r"telemetry device_indices must be >= 0, got \[-1\]"),
+        ({"interval_s": 0}, "interval_s=0: must be > 0"),
+        ({"device_indices": [-1]}, r"device_indices=\[-1\]: indices must be >= 0"),
     ],
 )
 def test_bad_configuration_names_the_field(kwargs, message) -> None:
+    with pytest.raises(ConfigError, match=message):
+        TelemetryConfig(**kwargs)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        (
+            {"source": "dcgm"},
+            "unknown telemetry source 'dcgm'; valid: auto, nvml, torch_cuda, process",
+        ),
+        ({"interval_s": 0}, "telemetry interval_s must be > 0, got 0"),
+    ],
+)
+def test_a_collector_refuses_what_it_cannot_run(kwargs, message) -> None:
     with pytest.raises(ValueError, match=message):
         Collector(**kwargs)
+
+
+class OutOfRangeSampler(StubSampler):
+    def open(self) -> None:
+        raise ValueError("device_indices [3] out of range; valid: 0..0")
+
+
+def test_a_device_index_out_of_range_is_a_usage_error_and_closes_what_opened(stub_sources):
+    nvml = StubSampler("nvml")
+    stub_sources(nvml, OutOfRangeSampler("torch_cuda"))
+    telemetry = TelemetryConfig(source="auto", device_indices=[3])
+    run = SimpleNamespace(config=SimpleNamespace(telemetry=telemetry), collector=None)
+    with pytest.raises(UsageError) as err, telemetry_collected(run):
+        pass
+    assert str(err.value) == (
+        "telemetry.device_indices=[3]: device_indices [3] out of range; valid: 0..0"
+    )
+    assert nvml.closed and run.collector is None
 
 
 def test_starting_twice_is_an_error() -> None:
@@ -181,7 +218,6 @@ def test_summary_carries_source_interval_and_process_peaks() -> None:
     assert summary["telemetry_num_samples"] == len(samples)
     assert summary["telemetry_peak_rss_bytes"] == max(s.values["rss_bytes"] for s in samples)
     assert summary["energy_j"] is None and summary["throttled"] is None
-    assert collector.warnings() == []
 
 
 def test_sampling_at_50ms_uses_under_3pct_of_a_core() -> None:
@@ -198,8 +234,8 @@ def test_sampling_at_50ms_uses_under_3pct_of_a_core() -> None:
     assert cpu_s / wall_s < 0.03
 
 
-def test_a_collector_built_from_config_restarts_with_fresh_samples() -> None:
-    collector = Collector.from_config(TelemetryConfig(interval_s=10.0, source="process"))
+def test_a_collector_restarts_with_fresh_samples() -> None:
+    collector = Collector(interval_s=10.0, source="process")
     assert collector.interval_s == 10.0
     assert len(run_for(collector, 0.0)) == 2
     assert len(run_for(collector, 0.0)) == 2  # not 4: a second run does not inherit the first's

@@ -156,6 +156,14 @@ def test_sharegpt_errors_name_file_and_line(tmp_path):
         load_sharegpt(str(tmp_path / "missing.jsonl"))
 
 
+@pytest.mark.parametrize("load", [load_sharegpt, load_trace])
+def test_datasets_and_traces_name_a_line_that_is_not_json(tmp_path, load):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"timestamp": 0}\n\n{"timestamp": 5,\n')
+    with pytest.raises(DataError, match=r": .*bad\.jsonl line 3: not valid JSON \(Expecting"):
+        load(str(bad))
+
+
 def test_trace_replays_timestamps_lengths_and_shared_prefixes():
     rows = load_trace(TRACE_SAMPLE)
     scenario = ScenarioConfig(
@@ -180,6 +188,34 @@ def test_trace_replays_timestamps_lengths_and_shared_prefixes():
     block = slice(0, TRACE_BLOCK_TOKENS)
     assert requests[a].prompt_token_ids[block] == requests[b].prompt_token_ids[block]
     assert requests[0].prompt_token_ids[block] != requests[1].prompt_token_ids[block]
+
+
+def test_a_repeated_hash_id_draws_its_block_once(tmp_path, monkeypatch):
+    trace = tmp_path / "t.jsonl"
+    rows = [([7], 600), ([3, 7], 1100), ([7, 3], 900)]
+    trace.write_text(
+        "".join(
+            json.dumps({"timestamp": i, "input_length": n, "output_length": 2, "hash_ids": ids})
+            + "\n"
+            for i, (ids, n) in enumerate(rows)
+        )
+    )
+    seeds = []
+    default_rng = np.random.default_rng
+    monkeypatch.setattr(
+        np.random, "default_rng", lambda seed=None: seeds.append(seed) or default_rng(seed)
+    )
+    scenario = ScenarioConfig(
+        num_requests=None, arrival=ArrivalConfig(process="trace", trace_path=str(trace))
+    )
+    workload = Workload(scenario, ByteTokenizer())
+    first, second, third = (r.prompt_token_ids for r in workload.requests())
+    assert [s for s in seeds if isinstance(s, list)] == [[0, 7], [0, 3]]
+    block = slice(0, TRACE_BLOCK_TOKENS)
+    next_block = slice(TRACE_BLOCK_TOKENS, 2 * TRACE_BLOCK_TOKENS)
+    assert first[block] == second[next_block] == third[block]
+    assert second[block][: 900 - TRACE_BLOCK_TOKENS] == third[next_block]
+    assert first[block] == default_rng([0, 7]).choice(workload._token_pool, size=512).tolist()
 
 
 def test_trace_csv(tmp_path):

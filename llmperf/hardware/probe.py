@@ -116,11 +116,6 @@ def probe(
     return result
 
 
-def measured_read_bw_bytes_per_s(device: str = "cpu") -> float:
-    """The machine's measured read bandwidth (cached probe): what benchmarks compare against."""
-    return probe(device).read_bw_bytes_per_s
-
-
 def measure(device: str = "cpu", read_bytes: int | None = None) -> ProbeResult:
     """Measure now, without the cache."""
     start = time.perf_counter()

@@ -65,10 +65,6 @@ class HardwareProfile:
 
     # -- ceilings ----------------------------------------------------------------
 
-    def flops_for(self, dtype: str) -> float | None:
-        """Datasheet dense FLOP/s for a compute dtype (int8 and fp8 weight-only run in bf16)."""
-        return self.peak_flops.get(canonical_dtype(dtype))
-
     def mem_bw(self, peak: str = "best") -> float | None:
         """Memory bandwidth in bytes/s: `datasheet`, `measured`, `best` (datasheet, else
         measured), or `sustained` (what the probe saw decode-like weight streaming sustain,

@@ -6,19 +6,16 @@ throttling to summary.json. Nothing here touches a device at import time.
 """
 
 from llmperf.telemetry.collector import Collector
-from llmperf.telemetry.config import TelemetryConfig
 from llmperf.telemetry.sample import Sample, Sampler, SamplerUnavailable
 from llmperf.telemetry.sources import SAMPLERS, SOURCES
-from llmperf.telemetry.summary import summarize, validity_warnings
+from llmperf.telemetry.summary import summarize
 
 __all__ = [
     "SAMPLERS",
     "SOURCES",
     "Collector",
     "Sample",
-    "TelemetryConfig",
     "Sampler",
     "SamplerUnavailable",
     "summarize",
-    "validity_warnings",
 ]

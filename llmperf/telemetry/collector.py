@@ -9,10 +9,9 @@ import time
 from os import PathLike
 from typing import Any
 
-from llmperf.telemetry.config import TelemetryConfig
 from llmperf.telemetry.sample import Sample, Sampler
-from llmperf.telemetry.sources import open_samplers
-from llmperf.telemetry.summary import columns_of, summarize, validity_warnings
+from llmperf.telemetry.sources import open_samplers, validate_source
+from llmperf.telemetry.summary import columns_of, summarize
 
 
 def _format(value: float | None) -> str:
@@ -25,14 +24,19 @@ def _format(value: float | None) -> str:
 class Collector:
     """Samples telemetry every `interval_s` seconds between `start()` and `stop()`.
 
-    The arguments are TelemetryConfig's. A collector serves one run at a time;
-    starting it again starts a fresh set of samples.
+    The arguments are llmperf.config.TelemetryConfig's. A collector serves one run
+    at a time; starting it again starts a fresh set of samples.
     """
 
     def __init__(
         self, interval_s: float = 0.1, source: str = "auto", device_indices: list[int] | None = None
     ) -> None:
-        self.config = TelemetryConfig(interval_s, source, device_indices)
+        if not interval_s > 0:
+            raise ValueError(f"telemetry interval_s must be > 0, got {interval_s}")
+        validate_source(source)
+        self.interval_s = interval_s
+        self.source = source
+        self.device_indices = device_indices
         self.t0: float | None = None  # perf_counter() origin of the samples' timestamps
         self._samplers: list[Sampler] = []
         self._skipped: dict[str, str] = {}
@@ -40,14 +44,6 @@ class Collector:
         self._samples: list[Sample] = []
         self._stop_event = threading.Event()
         self._thread: threading.Thread | None = None
-
-    @classmethod
-    def from_config(cls, config: TelemetryConfig) -> Collector:
-        return cls(config.interval_s, config.source, config.device_indices)
-
-    @property
-    def interval_s(self) -> float:
-        return self.config.interval_s
 
     @property
     def sources_used(self) -> list[str]:
@@ -61,9 +57,7 @@ class Collector:
         """
         if self._thread is not None:
             raise RuntimeError("collector already started")
-        self._samplers, self._skipped = open_samplers(
-            self.config.source, self.config.device_indices
-        )
+        self._samplers, self._skipped = open_samplers(self.source, self.device_indices)
         self.t0 = time.perf_counter() if t0 is None else t0
         self._samples, self._read_errors = [], {}
         self._stop_event.clear()
@@ -150,7 +144,3 @@ class Collector:
             "telemetry_unavailable": self.unavailable(),
         }
         return summary
-
-    def warnings(self, start_s: float | None = None, end_s: float | None = None) -> list[str]:
-        """Validity warnings for the run (throttling seen)."""
-        return validity_warnings(summarize(self.samples, start_s, end_s))

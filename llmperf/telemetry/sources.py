@@ -35,7 +35,8 @@ def open_samplers(
     """Open the samplers `source` asks for, plus the process sampler; also return the skipped ones.
 
     A source named explicitly must open (SamplerUnavailable otherwise); under
-    `auto` an absent source is skipped with its reason.
+    `auto` an absent source is skipped with its reason. A device index out of
+    range raises ValueError.
     """
     validate_source(source)
     names = list(DEVICE_SOURCES) if source == "auto" else [source]
@@ -54,5 +55,9 @@ def open_samplers(
                 raise SamplerUnavailable(f"telemetry source {name!r} is unavailable: {e}") from e
             skipped[name] = str(e)
             continue
+        except ValueError:
+            for other in opened:
+                other.close()
+            raise
         opened.append(sampler)
     return opened, skipped

@@ -89,14 +89,3 @@ def summarize(
         summary["throttle_reasons"] = []
         summary["telemetry_throttled_fraction"] = None
     return summary
-
-
-def validity_warnings(summary: dict[str, Any]) -> list[str]:
-    """Why the run's figures may not show what the hardware can do, from `summarize`'s keys."""
-    if not summary.get("throttled"):
-        return []
-    return [
-        f"GPU clocks were throttled in {summary['telemetry_throttled_fraction']:.0%} of telemetry "
-        f"samples ({', '.join(summary['throttle_reasons'])}); throughput and latency reflect "
-        "the reduced clocks, not the device's sustained peak"
-    ]

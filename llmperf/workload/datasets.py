@@ -28,6 +28,19 @@ def resolve_path(path: str, key: str) -> Path:
     return resolved
 
 
+def read_jsonl(text: str, where: str) -> list[tuple[int, object]]:
+    """(line number, object) for each non-blank line; `where` ("key: file") starts the error."""
+    rows = []
+    for lineno, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            rows.append((lineno, json.loads(line)))
+        except json.JSONDecodeError as err:
+            raise DataError(f"{where} line {lineno}: not valid JSON ({err.msg})") from None
+    return rows
+
+
 @dataclass(frozen=True)
 class Conversation:
     prompt: str  # the first human turn
@@ -51,16 +64,7 @@ def load_sharegpt(path: str, key: str = "scenario.dataset") -> list[Conversation
             ) from None
         where = "item"
     else:
-        items = []
-        for lineno, line in enumerate(text.splitlines(), start=1):
-            if not line.strip():
-                continue
-            try:
-                items.append((lineno, json.loads(line)))
-            except json.JSONDecodeError as err:
-                raise DataError(
-                    f"{key}: {file} line {lineno}: not valid JSON ({err.msg})"
-                ) from None
+        items = read_jsonl(text, f"{key}: {file}")
         where = "line"
     conversations = []
     for index, item in items:

@@ -10,12 +10,11 @@ Timestamps are milliseconds and must not decrease. `hash_ids` (optional) name th
 from __future__ import annotations
 
 import csv
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 from llmperf.errors import DataError
-from llmperf.workload.datasets import resolve_path
+from llmperf.workload.datasets import read_jsonl, resolve_path
 
 TRACE_FIELDS = ("timestamp", "input_length", "output_length")
 TRACE_BLOCK_TOKENS = 512
@@ -31,7 +30,10 @@ class TraceRow:
 
 def load_trace(path: str, key: str = "scenario.arrival.trace_path") -> list[TraceRow]:
     file = resolve_path(path, key)
-    raw_rows = _read_csv(file, key) if file.suffix.lower() == ".csv" else _read_jsonl(file, key)
+    if file.suffix.lower() == ".csv":
+        raw_rows = _read_csv(file, key)
+    else:
+        raw_rows = read_jsonl(file.read_text(encoding="utf-8"), f"{key}: {file}")
     rows: list[TraceRow] = []
     for lineno, raw in raw_rows:
         row = _parse_row(raw, f"{key}: {file} line {lineno}")
@@ -40,18 +42,6 @@ def load_trace(path: str, key: str = "scenario.arrival.trace_path") -> list[Trac
         rows.append(row)
     if not rows:
         raise DataError(f"{key}: {file} holds no requests")
-    return rows
-
-
-def _read_jsonl(file: Path, key: str) -> list[tuple[int, object]]:
-    rows = []
-    for lineno, line in enumerate(file.read_text(encoding="utf-8").splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            rows.append((lineno, json.loads(line)))
-        except json.JSONDecodeError as err:
-            raise DataError(f"{key}: {file} line {lineno}: not valid JSON ({err.msg})") from None
     return rows
 
 
