@@ -15,6 +15,8 @@ from collections.abc import AsyncIterator
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+SEED_RANGE = (-(2**63), 2**64 - 1)  # what torch's generators take
+
 
 @dataclass
 class SamplingParams:
@@ -34,6 +36,9 @@ class SamplingParams:
             raise ValueError(f"top_k must be >= 0, got {self.top_k}")
         if not 0.0 < self.top_p <= 1.0:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        low, high = SEED_RANGE
+        if self.seed is not None and not low <= self.seed <= high:
+            raise ValueError(f"seed must be in [{low}, {high}], got {self.seed}")
 
 
 @dataclass

@@ -106,6 +106,7 @@ class HFEngine:
         self._waiting: list[_Job] = []
         self._jobs: dict[str, _Job] = {}
         self._running = False
+        self._died: str | None = None  # why the generate loop died, if it did
         self._thread: threading.Thread | None = None
         self._steps: list[StepStat] = []
         self._num_batches = 0
@@ -121,8 +122,8 @@ class HFEngine:
         self._thread.start()
 
     def is_alive(self) -> bool:
-        """False once the generate thread has died (requests would wait forever)."""
-        return self._thread is None or self._thread.is_alive()
+        """False once the generate loop has died (a server then answers 503 instead of hanging)."""
+        return self._died is None
 
     def stop(self) -> None:
         with self._cond:
@@ -184,13 +185,14 @@ class HFEngine:
 
     def _submit(self, job: _Job) -> None:
         error = self._check_fits(job)
+        with self._cond:
+            error = error or self._died
+            if error is None:
+                self._jobs[job.request.id] = job
+                self._waiting.append(job)
+                self._cond.notify_all()
         if error is not None:
             self._finish(job, "error", time.perf_counter(), error=error)
-            return
-        with self._cond:
-            self._jobs[job.request.id] = job
-            self._waiting.append(job)
-            self._cond.notify_all()
 
     def _check_fits(self, job: _Job) -> str | None:
         if not job.prompt_token_ids:
@@ -238,6 +240,21 @@ class HFEngine:
     # -- the generate loop ---------------------------------------------------------------
 
     def _loop(self) -> None:
+        try:
+            self._run_loop()
+        except BaseException as err:  # fail what is in flight instead of leaving it hanging
+            message = f"the engine's generate loop died: {type(err).__name__}: {err}"
+            with self._cond:
+                self._running = False
+                self._died = message
+                self._waiting = []
+                jobs = list(self._jobs.values())
+            for job in jobs:
+                if job.finish_reason is None:
+                    self._finish(job, "error", time.perf_counter(), error=message)
+            raise
+
+    def _run_loop(self) -> None:
         while True:
             with self._cond:
                 while self._running and not self._waiting:
@@ -281,15 +298,14 @@ class HFEngine:
             pad_token_id=pad,
             eos_token_id=None if sampling.ignore_eos else list(self.config.eos_token_ids),
         )
-        if do_sample:  # generate draws from torch's global generator; one seed per batch
-            torch.manual_seed(
-                sampling.seed
-                if sampling.seed is not None
-                else self.seed * 1_000_003 + self._num_batches
-            )
+        seed = sampling.seed
+        if seed is None:
+            seed = self.seed * 1_000_003 + self._num_batches
         self._num_batches += 1
         streamer = TimedStreamer(self, batch, prompt_len, start)
         try:
+            if do_sample:  # generate draws from torch's global generator; one seed per batch
+                torch.manual_seed(seed)
             self.model.generate(
                 input_ids=input_ids.to(self.device),
                 attention_mask=attention_mask.to(self.device),

@@ -204,6 +204,20 @@ BAD_REQUESTS = [
         "stream",
         "true or false",
     ),
+    (
+        "completions",
+        {"model": "tiny", "prompt": "hi", "seed": 2**70, "temperature": 1},
+        400,
+        "seed",
+        "seed must be in [-9223372036854775808, 18446744073709551615], got 1180591620717411303424",
+    ),
+    (
+        "completions",
+        {"model": "tiny", "prompt": "hi", "seed": -(2**63) - 1, "temperature": 1, "stream": True},
+        400,
+        "seed",
+        "seed must be in",
+    ),
     ("chat/completions", {"model": "tiny"}, 400, "messages", "messages"),
     (
         "chat/completions",
