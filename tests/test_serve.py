@@ -23,6 +23,7 @@ from llmperf.serve.cli import main, parse_overrides
 from llmperf.serve.detokenize import IncrementalDetokenizer
 from llmperf.serve.metrics import Histogram
 from llmperf.serve.server import ServerThread, build_server
+from tests.fakes import ScriptedEngine
 
 MAX_MODEL_LEN = 512
 ENGINE_OPTIONS = {
@@ -267,6 +268,27 @@ def test_openai_client_raises_its_typed_errors(client):
         client.completions.create(model="tiny", prompt=LONG_PROMPT, max_tokens=1)
     with pytest.raises(openai.NotFoundError):
         client.completions.create(model="other", prompt="x", max_tokens=1)
+
+
+def test_an_engine_fault_ends_a_stream_with_an_error_event_and_done():
+    engine = ScriptedEngine(lambda request: RuntimeError("kv cache on fire"))
+    engine.max_model_len = 64
+    server = OpenAIServer(engine, "tiny")
+    body = {"model": "tiny", "prompt": "hi", "max_tokens": 2}
+    with ServerThread(build_app(server)) as running:
+        streamed = httpx.post(f"{running.base_url}/completions", json={**body, "stream": True})
+        whole = httpx.post(f"{running.base_url}/completions", json=body)
+    events = [line.removeprefix("data: ") for line in streamed.text.split("\n\n") if line]
+    message = "internal error: RuntimeError: kv cache on fire"
+    assert streamed.status_code == 200 and len(events) == 2 and events[1] == "[DONE]"
+    assert json.loads(events[0])["error"] == {
+        "message": message,
+        "type": "server_error",
+        "param": None,
+        "code": None,
+    }
+    assert whole.status_code == 500 and whole.json()["error"]["message"] == message
+    assert server.metrics.finished["error"] == 2 and server.metrics.finished["abort"] == 0
 
 
 def test_api_key_guards_the_api_but_not_health(served):

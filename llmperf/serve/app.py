@@ -156,6 +156,8 @@ class OpenAIServer:
                     )
             except OpenAIError as err:  # after the 200 headers: the error travels as an event
                 yield sse(err.to_dict())
+            except Exception as err:  # a fault of ours: the client still gets an error and [DONE]
+                yield sse(internal_error(err).to_dict())
             yield sse("[DONE]")
         finally:
             with anyio.CancelScope(shield=True):
@@ -219,6 +221,12 @@ class OpenAIServer:
                     return
                 if event.token_ids:
                     yield text, None
+        except OpenAIError:
+            raise
+        except Exception as err:  # the engine raised instead of ending with an error event
+            error = internal_error(err)
+            served.finish_reason, served.error = "error", error.message
+            raise error from err
         finally:
             with anyio.CancelScope(shield=True):  # runs even while the response is being cancelled
                 await stream.aclose()
@@ -286,9 +294,14 @@ async def _http_error(http: HTTPRequest, err: Exception) -> Response:
     )
 
 
-async def _server_error(http: HTTPRequest, err: Exception) -> Response:
+def internal_error(err: Exception) -> OpenAIError:
+    """An unexpected fault, as a 500 in OpenAI's error shape."""
     message = f"internal error: {type(err).__name__}: {err}"
-    return _error_response(OpenAIError(message, status=500, type="server_error"))
+    return OpenAIError(message, status=500, type="server_error")
+
+
+async def _server_error(http: HTTPRequest, err: Exception) -> Response:
+    return _error_response(internal_error(err))
 
 
 def build_app(server: OpenAIServer, manage_engine: bool = True) -> Starlette:
