@@ -488,6 +488,13 @@ def test_cli_reads_overrides_in_the_config_tree_names():
     )
 
 
+@pytest.mark.parametrize("engine_name", ["openai", "synthetic", "nope"])
+def test_build_server_refuses_an_engine_it_cannot_serve_naming_the_valid_ones(engine_name):
+    message = f"engine='{engine_name}' cannot be served.*valid: reference, hf$"
+    with pytest.raises(ValueError, match=message):
+        build_server({}, engine_name=engine_name)
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
