@@ -515,6 +515,19 @@ def test_cli_bad_input_is_one_line_and_exit_2(argv, message, capsys):
     assert err.startswith("llmperf-serve: error: ") and err.count("\n") == 1
 
 
+def test_cli_engine_whose_library_is_missing_is_one_line_and_exit_2(monkeypatch, capsys):
+    def build_engine(name, **options):
+        raise ImportError("No module named 'transformers'")
+
+    monkeypatch.setattr("llmperf.serve.server.build_engine", build_engine)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["engine=hf"])
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err == (
+        "llmperf-serve: error: the engine is not available here: No module named 'transformers'\n"
+    )
+
+
 def test_a_dead_engine_fails_requests_and_health_with_503(served):
     _, server, _ = served
 

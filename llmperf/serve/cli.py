@@ -13,7 +13,7 @@ Bad input: one line on stderr, exit code 2.
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import Any, NoReturn
 
 import yaml
 from hydra import initialize_config_module
@@ -90,11 +90,17 @@ def main(argv: list[str] | None = None) -> None:
             options["served_model_name"],
             options["request_log"],
         )
+    except ImportError as err:  # the engine's library is not installed (transformers for hf)
+        _exit_usage(f"the engine is not available here: {err}")
     except (UsageError, ValueError, TypeError, OSError) as err:
-        message = " ".join(str(err).split())
-        print(f"llmperf-serve: error: {message}", file=sys.stderr)
-        sys.exit(EXIT_USAGE)
+        _exit_usage(str(err))
     run_server(server, options["host"], options["port"])
+
+
+def _exit_usage(message: str) -> NoReturn:
+    message = " ".join(message.split())
+    print(f"llmperf-serve: error: {message}", file=sys.stderr)
+    sys.exit(EXIT_USAGE)
 
 
 if __name__ == "__main__":
