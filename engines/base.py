@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 SEED_RANGE = (-(2**63), 2**64 - 1)  # what torch's generators take
+DEFAULT_MAX_MODEL_LEN = 4096  # context positions served when none is asked for
 
 
 @dataclass
@@ -61,6 +62,35 @@ class Request:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    def prompt_ids(self, tokenizer: Tokenizer) -> list[int]:
+        """The prompt's token ids: the given ones, else the prompt text encoded."""
+        if self.prompt_token_ids is not None:
+            return list(self.prompt_token_ids)
+        return tokenizer.encode(self.prompt_text)
+
+
+def resolve_max_model_len(limit: int, requested: int | None) -> int:
+    """The context length an engine serves: the one asked for (else at most
+    DEFAULT_MAX_MODEL_LEN), never more than the model's `limit` positions."""
+    return min(requested or min(limit, DEFAULT_MAX_MODEL_LEN), limit)
+
+
+def request_error(
+    ids: list[int], max_tokens: int, vocab_size: int, max_model_len: int
+) -> str | None:
+    """Why an engine cannot take a request with these prompt ids, or None when it can."""
+    if not ids:
+        return "the prompt is empty"
+    bad = next((t for t in ids if not 0 <= t < vocab_size), None)
+    if bad is not None:
+        return f"token id {bad} is outside the vocabulary (size {vocab_size})"
+    if len(ids) + max_tokens > max_model_len:
+        return (
+            f"prompt ({len(ids)} tokens) + max_tokens ({max_tokens}) "
+            f"exceeds max_model_len ({max_model_len})"
+        )
+    return None
 
 
 @dataclass(frozen=True)

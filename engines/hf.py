@@ -27,12 +27,18 @@ from transformers import (
 )
 from transformers.generation.streamers import BaseStreamer
 
-from engines.base import EventChannel, Request, StepStat, TokenEvent
+from engines.base import (
+    EventChannel,
+    Request,
+    StepStat,
+    TokenEvent,
+    request_error,
+    resolve_max_model_len,
+)
 from engines.hf_model import build_hf_model
 from engines.reference.tokenizer import load_tokenizer
 from engines.reference.weights import resolve_model
 
-DEFAULT_MAX_MODEL_LEN = 4096
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
@@ -83,8 +89,9 @@ class HFEngine:
             attn_implementation=attn_implementation,
         )
         self.config, checkpoint = resolve_model(model)
-        limit = self.config.max_position_embeddings
-        self.max_model_len = min(max_model_len or min(limit, DEFAULT_MAX_MODEL_LEN), limit)
+        self.max_model_len = resolve_max_model_len(
+            self.config.max_position_embeddings, max_model_len
+        )
         self.options["max_model_len"] = self.max_model_len
         self.model = build_hf_model(
             self.config,
@@ -140,10 +147,7 @@ class HFEngine:
 
     async def stream(self, request: Request) -> AsyncIterator[TokenEvent]:
         channel = EventChannel()
-        ids = request.prompt_token_ids
-        if ids is None:
-            ids = self.tokenizer.encode(request.prompt_text or "")
-        job = _Job(request, list(ids), channel.deliver)
+        job = _Job(request, request.prompt_ids(self.tokenizer), channel.deliver)
         self._submit(job)
         try:
             async for event in channel.events():
@@ -184,7 +188,9 @@ class HFEngine:
     # -- requests ----------------------------------------------------------------------
 
     def _submit(self, job: _Job) -> None:
-        error = self._check_fits(job)
+        error = request_error(
+            job.prompt_token_ids, job.request.max_tokens, self.config.vocab_size, self.max_model_len
+        )
         with self._cond:
             error = error or self._died
             if error is None:
@@ -193,20 +199,6 @@ class HFEngine:
                 self._cond.notify_all()
         if error is not None:
             self._finish(job, "error", time.perf_counter(), error=error)
-
-    def _check_fits(self, job: _Job) -> str | None:
-        if not job.prompt_token_ids:
-            return "the prompt is empty"
-        bad = [t for t in job.prompt_token_ids if not 0 <= t < self.config.vocab_size]
-        if bad:
-            return f"token id {bad[0]} is outside the vocabulary (size {self.config.vocab_size})"
-        total = len(job.prompt_token_ids) + job.request.max_tokens
-        if total > self.max_model_len:
-            return (
-                f"prompt ({len(job.prompt_token_ids)} tokens) + max_tokens ({job.request.max_tokens}) "
-                f"exceeds max_model_len ({self.max_model_len})"
-            )
-        return None
 
     def _finish(
         self, job: _Job, reason: str, now: float, token: int | None = None, error: str | None = None

@@ -131,7 +131,9 @@ class OpenAIEngine:
     async def stream(self, request: Request) -> AsyncIterator[TokenEvent]:
         self.start()
         channel = EventChannel()
-        future = asyncio.run_coroutine_threadsafe(self._exchange(request, channel.deliver), self._loop)
+        future = asyncio.run_coroutine_threadsafe(
+            self._exchange(request, channel.deliver), self._loop
+        )
         try:
             async for event in channel.events():
                 yield event
@@ -271,10 +273,7 @@ class OpenAIEngine:
             num_output = len(self.tokenizer.encode("".join(state.texts)))
         num_prompt = usage.get("prompt_tokens")
         if num_prompt is None:
-            ids = request.prompt_token_ids
-            num_prompt = (
-                len(ids) if ids is not None else len(self.tokenizer.encode(request.prompt_text))
-            )
+            num_prompt = len(request.prompt_ids(self.tokenizer))
         return TokenEvent(
             request_id=request.id,
             token_ids=(),

@@ -96,7 +96,7 @@ class SyntheticEngine:
     async def stream(self, request: Request) -> AsyncIterator[TokenEvent]:
         if not self._running:
             raise RuntimeError("the synthetic engine is not started")
-        num_prompt = len(request.prompt_token_ids or self._tokenizer.encode(request.prompt_text))
+        num_prompt = len(request.prompt_ids(self._tokenizer))
         if self.max_concurrency is None:
             async for event in self._generate(request, num_prompt):
                 yield event
