@@ -155,8 +155,10 @@ class EventChannel:
         self._queue: asyncio.Queue[TokenEvent] = asyncio.Queue()
 
     def deliver(self, event: TokenEvent) -> None:
-        if not self._loop.is_closed():
+        try:  # no is_closed() check first: the loop may close between it and the call
             self._loop.call_soon_threadsafe(self._queue.put_nowait, event)
+        except RuntimeError:  # the caller's loop has closed: nobody listens any more
+            pass
 
     async def events(self) -> AsyncIterator[TokenEvent]:
         """Every event up to and including the final one."""

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from engines.base import Request, request_error, resolve_max_model_len
+from engines.base import EventChannel, Request, TokenEvent, request_error, resolve_max_model_len
 from engines.synthetic import ByteTokenizer, SyntheticEngine
 
 
@@ -49,3 +49,25 @@ def test_synthetic_engine_counts_an_empty_prompt_as_zero_tokens():
 
     events = asyncio.run(run())
     assert events[-1].num_prompt_tokens == 0 and events[-1].num_output_tokens == 2
+
+
+def test_an_event_for_a_closed_loop_is_dropped_not_raised():
+    class ClosesMeanwhile:
+        """The caller's loop closing between an is_closed() check and the call."""
+
+        def is_closed(self) -> bool:
+            return False
+
+        def call_soon_threadsafe(self, *args):
+            raise RuntimeError("Event loop is closed")
+
+    async def make():
+        return EventChannel()
+
+    loop = asyncio.new_event_loop()
+    channel = loop.run_until_complete(make())
+    loop.close()
+    channel.deliver(TokenEvent("late", (1,), 0.0))  # the engine thread must not die of it
+    channel._loop = ClosesMeanwhile()
+    channel.deliver(TokenEvent("late", (2,), 0.0))
+    assert channel._queue.empty()
