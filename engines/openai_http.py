@@ -360,10 +360,7 @@ def load_client_tokenizer(path: str | None) -> Tokenizer:
         file = file / "tokenizer.json"
     if not file.is_file():
         raise FileNotFoundError(f"tokenizer {path!r}: no tokenizer.json there")
-    from tokenizers import Tokenizer as RawTokenizer
-
-    vocab_size = RawTokenizer.from_file(str(file)).get_vocab_size()
-    return HFTokenizer(file, vocab_size, _eos_token_ids(file.parent))
+    return HFTokenizer(file, None, _eos_token_ids(file.parent))
 
 
 def _eos_token_ids(folder: Path) -> tuple[int, ...]:

@@ -21,7 +21,13 @@ from starlette.responses import JSONResponse, StreamingResponse
 from starlette.routing import Route
 
 from engines.base import Request, SamplingParams
-from engines.openai_http import UNKNOWN_TOKEN_ID, OpenAIEngine, choice_text, error_message
+from engines.openai_http import (
+    UNKNOWN_TOKEN_ID,
+    OpenAIEngine,
+    choice_text,
+    error_message,
+    load_client_tokenizer,
+)
 from engines.registry import build_engine
 from llmperf.serve.app import build_app
 from llmperf.serve.server import ServerThread, build_server
@@ -320,6 +326,21 @@ def test_chunk_text_rules():
         == "Hi"
     )
     assert choice_text({"delta": {}, "finish_reason": "stop"}) is None  # the end marker
+
+
+def test_client_tokenizer_takes_its_vocab_size_from_the_file_and_eos_from_config(tmp_path):
+    from tokenizers import Tokenizer
+    from tokenizers.models import WordLevel
+    from tokenizers.pre_tokenizers import Whitespace
+
+    vocab = {"[UNK]": 0, "</s>": 1, "the": 2, "cat": 3, "<|eot|>": 4}
+    tok = Tokenizer(WordLevel(vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = Whitespace()
+    tok.save(str(tmp_path / "tokenizer.json"))
+    (tmp_path / "config.json").write_text(json.dumps({"eos_token_id": [1, 4]}))
+    tokenizer = load_client_tokenizer(str(tmp_path))
+    assert (tokenizer.vocab_size, tokenizer.eos_token_ids) == (5, (1, 4))
+    assert tokenizer.encode("the cat") == [2, 3]
 
 
 def test_bad_options_name_the_valid_choices():
