@@ -291,6 +291,35 @@ def test_an_engine_fault_ends_a_stream_with_an_error_event_and_done():
     assert server.metrics.finished["error"] == 2 and server.metrics.finished["abort"] == 0
 
 
+def test_a_cancelled_whole_response_leaves_no_task_or_engine_stream_behind():
+    from engines.base import SamplingParams
+    from llmperf.serve.metrics import ServedRequest
+    from llmperf.serve.protocol import GenerationSpec
+
+    engine = ScriptedEngine(lambda request: [(60.0, 1)])  # the first token never comes
+    engine.max_model_len = 64
+    server = OpenAIServer(engine, "tiny")
+    spec = GenerationSpec("completions", "tiny", [1, 2], 2, SamplingParams(), False, False)
+
+    class Connected:
+        async def receive(self):
+            await asyncio.Event().wait()  # the client stays
+
+    async def run():
+        served = ServedRequest("cmpl-x", "completions", time.perf_counter(), time.time())
+        handler = asyncio.create_task(server._whole(Connected(), spec, served))
+        while engine.open_streams == 0:
+            await asyncio.sleep(0.001)
+        handler.cancel()  # e.g. the server shutting down
+        await asyncio.gather(handler, return_exceptions=True)
+        await asyncio.sleep(0)
+        return served, asyncio.all_tasks() - {asyncio.current_task()}
+
+    served, left = asyncio.run(run())
+    assert left == set() and engine.open_streams == 0
+    assert served.finish_reason == "abort" and server.metrics.num_in_flight == 0
+
+
 def test_api_key_guards_the_api_but_not_health(served):
     _, server, _ = served
     guarded = OpenAIServer(server.engine, "tiny", api_key="s3cret")

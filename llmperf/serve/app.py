@@ -171,18 +171,19 @@ class OpenAIServer:
             return "".join([text async for text, _ in self._pieces(spec, served)])
 
         self.metrics.num_in_flight += 1
+        work = asyncio.ensure_future(collect())
+        gone = asyncio.ensure_future(wait_for_disconnect(http))
         try:
-            work = asyncio.ensure_future(collect())
-            gone = asyncio.ensure_future(wait_for_disconnect(http))
             await asyncio.wait({work, gone}, return_when=asyncio.FIRST_COMPLETED)
+        finally:  # also when this handler is cancelled: neither task may outlive it
             gone.cancel()
-            if not work.done():  # nobody is left to answer
-                work.cancel()
-                await asyncio.gather(work, return_exceptions=True)
-                return Response(status_code=499)
-            text = work.result()
-        finally:
+            work.cancel()  # nobody is left to answer, if it is still running
+            with anyio.CancelScope(shield=True):
+                await asyncio.gather(work, gone, return_exceptions=True)
             self._finish(served)
+        if work.cancelled():
+            return Response(status_code=499)
+        text = work.result()
         shapes = ResponseShapes(spec, served.id)
         return JSONResponse(
             shapes.whole(
