@@ -7,7 +7,8 @@ Each SSE chunk becomes a `TokenEvent` stamped when its line arrived; the final
 event carries the usage chunk's counts (`stream_options.include_usage`), or,
 when the server sends none, the output text's length in tokens of the local
 tokenizer. A server error, a timeout or a dropped connection ends the request
-with finish_reason "error" and the reason; nothing raises into the caller.
+with finish_reason "error" and the reason (each chunk received counts as one output
+token); nothing raises into the caller.
 
 Chunks and tokens: servers send about one token per chunk, but not always its
 text (a partial character, a special token), so each chunk counts as one token
@@ -316,8 +317,15 @@ class _StreamState:
         return events
 
     def end(self, now: float, reason: str, error: str | None) -> TokenEvent:
+        """The final event of a response cut short: each chunk received counts as one token."""
         return TokenEvent(
-            self.request.id, (), now, finished=True, finish_reason=reason, error=error
+            self.request.id,
+            (),
+            now,
+            finished=True,
+            finish_reason=reason,
+            error=error,
+            num_output_tokens=len(self.texts),
         )
 
 

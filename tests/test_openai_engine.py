@@ -241,7 +241,18 @@ async def fake_completions(http: HTTPRequest):
     async def truncated():
         yield chunk("a")
 
-    bodies = {"no-usage": no_usage, "stalls": stalls, "drops": drops, "truncated": truncated}
+    async def drops_after_words():
+        yield chunk(" world")
+        yield chunk(" again")
+        raise ConnectionAbortedError("the server went away")
+
+    bodies = {
+        "no-usage": no_usage,
+        "stalls": stalls,
+        "drops": drops,
+        "truncated": truncated,
+        "drops-after-words": drops_after_words,
+    }
     return StreamingResponse(bodies[behaviour](), media_type="text/event-stream")
 
 
@@ -287,6 +298,12 @@ def test_server_failures_end_the_request_with_an_error(fake_server, behaviour, e
     events, _ = run_one(fake_server, behaviour)
     assert events[-1].finished and events[-1].finish_reason == "error"
     assert events[-1].error.startswith(error)
+
+
+def test_a_request_cut_short_counts_each_chunk_received_as_one_token(fake_server):
+    events, _ = run_one(fake_server, "drops-after-words")
+    assert [e.text for e in events[:-1]] == [" world", " again"]
+    assert events[-1].finish_reason == "error" and events[-1].num_output_tokens == 2
 
 
 def test_a_stalled_stream_times_out(fake_server):
