@@ -60,9 +60,6 @@ class Request:
         if self.prompt_token_ids is None and self.prompt_text is None:
             raise ValueError("a request needs prompt_token_ids or prompt_text")
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
     def prompt_ids(self, tokenizer: Tokenizer) -> list[int]:
         """The prompt's token ids: the given ones, else the prompt text encoded."""
         if self.prompt_token_ids is not None:

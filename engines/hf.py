@@ -36,10 +36,11 @@ from engines.base import (
     resolve_max_model_len,
 )
 from engines.hf_model import build_hf_model
+from engines.reference.precision import PRECISIONS
 from engines.reference.tokenizer import load_tokenizer
 from engines.reference.weights import resolve_model
 
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+FLOAT_PRECISIONS = {name: p for name, p in PRECISIONS.items() if not p.is_quantized}
 
 
 @dataclass
@@ -72,9 +73,10 @@ class HFEngine:
         attn_implementation: str = "sdpa",
         max_model_len: int | None = None,
     ):
-        if precision not in DTYPES:
+        if precision not in FLOAT_PRECISIONS:
             raise ValueError(
-                f"unknown precision {precision!r} for engine hf; valid: {', '.join(DTYPES)}"
+                f"unknown precision {precision!r} for engine hf; "
+                f"valid: {', '.join(FLOAT_PRECISIONS)}"
             )
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
@@ -96,7 +98,7 @@ class HFEngine:
         self.model = build_hf_model(
             self.config,
             checkpoint,
-            DTYPES[precision],
+            FLOAT_PRECISIONS[precision].compute_dtype(self.device),
             self.device,
             seed,
             self.max_model_len,
