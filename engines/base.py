@@ -15,6 +15,9 @@ from collections.abc import AsyncIterator
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+SEED_RANGE = (-(2**63), 2**64 - 1)  # what torch's generators take
+DEFAULT_MAX_MODEL_LEN = 4096  # context positions served when none is asked for
+
 
 @dataclass
 class SamplingParams:
@@ -34,6 +37,9 @@ class SamplingParams:
             raise ValueError(f"top_k must be >= 0, got {self.top_k}")
         if not 0.0 < self.top_p <= 1.0:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        low, high = SEED_RANGE
+        if self.seed is not None and not low <= self.seed <= high:
+            raise ValueError(f"seed must be in [{low}, {high}], got {self.seed}")
 
 
 @dataclass
@@ -54,8 +60,34 @@ class Request:
         if self.prompt_token_ids is None and self.prompt_text is None:
             raise ValueError("a request needs prompt_token_ids or prompt_text")
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+    def prompt_ids(self, tokenizer: Tokenizer) -> list[int]:
+        """The prompt's token ids: the given ones, else the prompt text encoded."""
+        if self.prompt_token_ids is not None:
+            return list(self.prompt_token_ids)
+        return tokenizer.encode(self.prompt_text)
+
+
+def resolve_max_model_len(limit: int, requested: int | None) -> int:
+    """The context length an engine serves: the one asked for (else at most
+    DEFAULT_MAX_MODEL_LEN), never more than the model's `limit` positions."""
+    return min(requested or min(limit, DEFAULT_MAX_MODEL_LEN), limit)
+
+
+def request_error(
+    ids: list[int], max_tokens: int, vocab_size: int, max_model_len: int
+) -> str | None:
+    """Why an engine cannot take a request with these prompt ids, or None when it can."""
+    if not ids:
+        return "the prompt is empty"
+    bad = next((t for t in ids if not 0 <= t < vocab_size), None)
+    if bad is not None:
+        return f"token id {bad} is outside the vocabulary (size {vocab_size})"
+    if len(ids) + max_tokens > max_model_len:
+        return (
+            f"prompt ({len(ids)} tokens) + max_tokens ({max_tokens}) "
+            f"exceeds max_model_len ({max_model_len})"
+        )
+    return None
 
 
 @dataclass(frozen=True)
@@ -120,8 +152,10 @@ class EventChannel:
         self._queue: asyncio.Queue[TokenEvent] = asyncio.Queue()
 
     def deliver(self, event: TokenEvent) -> None:
-        if not self._loop.is_closed():
+        try:  # no is_closed() check first: the loop may close between it and the call
             self._loop.call_soon_threadsafe(self._queue.put_nowait, event)
+        except RuntimeError:  # the caller's loop has closed: nobody listens any more
+            pass
 
     async def events(self) -> AsyncIterator[TokenEvent]:
         """Every event up to and including the final one."""

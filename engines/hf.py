@@ -27,13 +27,20 @@ from transformers import (
 )
 from transformers.generation.streamers import BaseStreamer
 
-from engines.base import EventChannel, Request, StepStat, TokenEvent
+from engines.base import (
+    EventChannel,
+    Request,
+    StepStat,
+    TokenEvent,
+    request_error,
+    resolve_max_model_len,
+)
 from engines.hf_model import build_hf_model
+from engines.reference.precision import PRECISIONS
 from engines.reference.tokenizer import load_tokenizer
 from engines.reference.weights import resolve_model
 
-DEFAULT_MAX_MODEL_LEN = 4096
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+FLOAT_PRECISIONS = {name: p for name, p in PRECISIONS.items() if not p.is_quantized}
 
 
 @dataclass
@@ -66,9 +73,10 @@ class HFEngine:
         attn_implementation: str = "sdpa",
         max_model_len: int | None = None,
     ):
-        if precision not in DTYPES:
+        if precision not in FLOAT_PRECISIONS:
             raise ValueError(
-                f"unknown precision {precision!r} for engine hf; valid: {', '.join(DTYPES)}"
+                f"unknown precision {precision!r} for engine hf; "
+                f"valid: {', '.join(FLOAT_PRECISIONS)}"
             )
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
@@ -83,13 +91,14 @@ class HFEngine:
             attn_implementation=attn_implementation,
         )
         self.config, checkpoint = resolve_model(model)
-        limit = self.config.max_position_embeddings
-        self.max_model_len = min(max_model_len or min(limit, DEFAULT_MAX_MODEL_LEN), limit)
+        self.max_model_len = resolve_max_model_len(
+            self.config.max_position_embeddings, max_model_len
+        )
         self.options["max_model_len"] = self.max_model_len
         self.model = build_hf_model(
             self.config,
             checkpoint,
-            DTYPES[precision],
+            FLOAT_PRECISIONS[precision].compute_dtype(self.device),
             self.device,
             seed,
             self.max_model_len,
@@ -106,6 +115,7 @@ class HFEngine:
         self._waiting: list[_Job] = []
         self._jobs: dict[str, _Job] = {}
         self._running = False
+        self._died: str | None = None  # why the generate loop died, if it did
         self._thread: threading.Thread | None = None
         self._steps: list[StepStat] = []
         self._num_batches = 0
@@ -121,8 +131,8 @@ class HFEngine:
         self._thread.start()
 
     def is_alive(self) -> bool:
-        """False once the generate thread has died (requests would wait forever)."""
-        return self._thread is None or self._thread.is_alive()
+        """False once the generate loop has died (a server then answers 503 instead of hanging)."""
+        return self._died is None
 
     def stop(self) -> None:
         with self._cond:
@@ -139,10 +149,7 @@ class HFEngine:
 
     async def stream(self, request: Request) -> AsyncIterator[TokenEvent]:
         channel = EventChannel()
-        ids = request.prompt_token_ids
-        if ids is None:
-            ids = self.tokenizer.encode(request.prompt_text or "")
-        job = _Job(request, list(ids), channel.deliver)
+        job = _Job(request, request.prompt_ids(self.tokenizer), channel.deliver)
         self._submit(job)
         try:
             async for event in channel.events():
@@ -183,28 +190,17 @@ class HFEngine:
     # -- requests ----------------------------------------------------------------------
 
     def _submit(self, job: _Job) -> None:
-        error = self._check_fits(job)
+        error = request_error(
+            job.prompt_token_ids, job.request.max_tokens, self.config.vocab_size, self.max_model_len
+        )
+        with self._cond:
+            error = error or self._died
+            if error is None:
+                self._jobs[job.request.id] = job
+                self._waiting.append(job)
+                self._cond.notify_all()
         if error is not None:
             self._finish(job, "error", time.perf_counter(), error=error)
-            return
-        with self._cond:
-            self._jobs[job.request.id] = job
-            self._waiting.append(job)
-            self._cond.notify_all()
-
-    def _check_fits(self, job: _Job) -> str | None:
-        if not job.prompt_token_ids:
-            return "the prompt is empty"
-        bad = [t for t in job.prompt_token_ids if not 0 <= t < self.config.vocab_size]
-        if bad:
-            return f"token id {bad[0]} is outside the vocabulary (size {self.config.vocab_size})"
-        total = len(job.prompt_token_ids) + job.request.max_tokens
-        if total > self.max_model_len:
-            return (
-                f"prompt ({len(job.prompt_token_ids)} tokens) + max_tokens ({job.request.max_tokens}) "
-                f"exceeds max_model_len ({self.max_model_len})"
-            )
-        return None
 
     def _finish(
         self, job: _Job, reason: str, now: float, token: int | None = None, error: str | None = None
@@ -238,6 +234,21 @@ class HFEngine:
     # -- the generate loop ---------------------------------------------------------------
 
     def _loop(self) -> None:
+        try:
+            self._run_loop()
+        except BaseException as err:  # fail what is in flight instead of leaving it hanging
+            message = f"the engine's generate loop died: {type(err).__name__}: {err}"
+            with self._cond:
+                self._running = False
+                self._died = message
+                self._waiting = []
+                jobs = list(self._jobs.values())
+            for job in jobs:
+                if job.finish_reason is None:
+                    self._finish(job, "error", time.perf_counter(), error=message)
+            raise
+
+    def _run_loop(self) -> None:
         while True:
             with self._cond:
                 while self._running and not self._waiting:
@@ -281,15 +292,14 @@ class HFEngine:
             pad_token_id=pad,
             eos_token_id=None if sampling.ignore_eos else list(self.config.eos_token_ids),
         )
-        if do_sample:  # generate draws from torch's global generator; one seed per batch
-            torch.manual_seed(
-                sampling.seed
-                if sampling.seed is not None
-                else self.seed * 1_000_003 + self._num_batches
-            )
+        seed = sampling.seed
+        if seed is None:
+            seed = self.seed * 1_000_003 + self._num_batches
         self._num_batches += 1
         streamer = TimedStreamer(self, batch, prompt_len, start)
         try:
+            if do_sample:  # generate draws from torch's global generator; one seed per batch
+                torch.manual_seed(seed)
             self.model.generate(
                 input_ids=input_ids.to(self.device),
                 attention_mask=attention_mask.to(self.device),

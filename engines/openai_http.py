@@ -7,7 +7,8 @@ Each SSE chunk becomes a `TokenEvent` stamped when its line arrived; the final
 event carries the usage chunk's counts (`stream_options.include_usage`), or,
 when the server sends none, the output text's length in tokens of the local
 tokenizer. A server error, a timeout or a dropped connection ends the request
-with finish_reason "error" and the reason; nothing raises into the caller.
+with finish_reason "error" and the reason (each chunk received counts as one output
+token); nothing raises into the caller.
 
 Chunks and tokens: servers send about one token per chunk, but not always its
 text (a partial character, a special token), so each chunk counts as one token
@@ -131,7 +132,9 @@ class OpenAIEngine:
     async def stream(self, request: Request) -> AsyncIterator[TokenEvent]:
         self.start()
         channel = EventChannel()
-        future = asyncio.run_coroutine_threadsafe(self._exchange(request, channel.deliver), self._loop)
+        future = asyncio.run_coroutine_threadsafe(
+            self._exchange(request, channel.deliver), self._loop
+        )
         try:
             async for event in channel.events():
                 yield event
@@ -271,10 +274,7 @@ class OpenAIEngine:
             num_output = len(self.tokenizer.encode("".join(state.texts)))
         num_prompt = usage.get("prompt_tokens")
         if num_prompt is None:
-            ids = request.prompt_token_ids
-            num_prompt = (
-                len(ids) if ids is not None else len(self.tokenizer.encode(request.prompt_text))
-            )
+            num_prompt = len(request.prompt_ids(self.tokenizer))
         return TokenEvent(
             request_id=request.id,
             token_ids=(),
@@ -317,8 +317,15 @@ class _StreamState:
         return events
 
     def end(self, now: float, reason: str, error: str | None) -> TokenEvent:
+        """The final event of a response cut short: each chunk received counts as one token."""
         return TokenEvent(
-            self.request.id, (), now, finished=True, finish_reason=reason, error=error
+            self.request.id,
+            (),
+            now,
+            finished=True,
+            finish_reason=reason,
+            error=error,
+            num_output_tokens=len(self.texts),
         )
 
 
@@ -361,10 +368,7 @@ def load_client_tokenizer(path: str | None) -> Tokenizer:
         file = file / "tokenizer.json"
     if not file.is_file():
         raise FileNotFoundError(f"tokenizer {path!r}: no tokenizer.json there")
-    from tokenizers import Tokenizer as RawTokenizer
-
-    vocab_size = RawTokenizer.from_file(str(file)).get_vocab_size()
-    return HFTokenizer(file, vocab_size, _eos_token_ids(file.parent))
+    return HFTokenizer(file, None, _eos_token_ids(file.parent))
 
 
 def _eos_token_ids(folder: Path) -> tuple[int, ...]:

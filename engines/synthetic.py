@@ -25,7 +25,6 @@ class ByteTokenizer:
     """UTF-8 bytes as tokens 0-255, then BOS (256) and EOS (257)."""
 
     vocab_size = 258
-    bos_token_id = 256
     eos_token_ids = (257,)
 
     def encode(self, text: str) -> list[int]:
@@ -96,7 +95,7 @@ class SyntheticEngine:
     async def stream(self, request: Request) -> AsyncIterator[TokenEvent]:
         if not self._running:
             raise RuntimeError("the synthetic engine is not started")
-        num_prompt = len(request.prompt_token_ids or self._tokenizer.encode(request.prompt_text))
+        num_prompt = len(request.prompt_ids(self._tokenizer))
         if self.max_concurrency is None:
             async for event in self._generate(request, num_prompt):
                 yield event
@@ -116,7 +115,7 @@ class SyntheticEngine:
                 deadline += self._scaled(self.tpot_s)
             await _sleep_until(deadline)
             if not self._running:
-                yield self._final(request, (), "abort", num_prompt, k)
+                yield self._final(request, "abort", num_prompt, k)
                 return
             last = k == len(tokens) - 1
             yield TokenEvent(
@@ -137,12 +136,10 @@ class SyntheticEngine:
         return delay_s * (1.0 + self.jitter * self._rng.uniform(-1.0, 1.0))
 
     @staticmethod
-    def _final(
-        request: Request, token_ids: tuple[int, ...], reason: str, num_prompt: int, num_output: int
-    ) -> TokenEvent:
+    def _final(request: Request, reason: str, num_prompt: int, num_output: int) -> TokenEvent:
         return TokenEvent(
             request_id=request.id,
-            token_ids=token_ids,
+            token_ids=(),
             time_s=time.perf_counter(),
             finished=True,
             finish_reason=reason,

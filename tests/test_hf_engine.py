@@ -223,6 +223,49 @@ def test_sampling_is_seeded(hf):
     assert tokens[0] == tokens[1] and len(tokens[0]) == 8
 
 
+def test_a_seed_torch_cannot_take_fails_its_batch_not_the_engine():
+    engine = HFEngine(model="tiny", max_batch_size=2, max_model_len=64, seed=2**62)
+    engine.start()
+    try:
+        sampled = requests_for([[5, 6]], [3], SamplingParams(temperature=1.0), prefix="s")
+        greedy = requests_for([[5, 6]], [3], GREEDY_EXACT, prefix="g")
+        [failed] = stream_all(engine, sampled)  # 2**62 * 1_000_003 overflows torch's seed
+        [served] = stream_all(engine, greedy)
+    finally:
+        engine.stop()
+    assert failed[-1].finish_reason == "error" and "Overflow" in failed[-1].error
+    assert served[-1].finish_reason == "length" and served[-1].num_output_tokens == 3
+    assert engine.is_alive()
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+def test_a_dying_generate_loop_fails_requests_instead_of_hanging(monkeypatch):
+    engine = HFEngine(model="tiny", max_batch_size=2, max_model_len=64)
+
+    def crash(batch):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(engine, "_run_batch", crash)
+    engine.start()
+    try:
+        [first] = stream_all(engine, requests_for([[5, 6]], [3], prefix="a"))
+        engine._thread.join(timeout=10)
+        [later] = stream_all(engine, requests_for([[5, 6]], [3], prefix="b"))
+    finally:
+        engine.stop()
+    message = "the engine's generate loop died: RuntimeError: boom"
+    assert first[-1].finish_reason == "error" and first[-1].error == message
+    assert later == [later[-1]] and later[-1].error == message
+    assert not engine.is_alive()
+
+
+def test_a_seed_out_of_torch_range_is_refused():
+    for seed in (2**64, -(2**63) - 1):
+        with pytest.raises(ValueError, match="seed must be in"):
+            SamplingParams(temperature=1.0, seed=seed)
+    assert SamplingParams(seed=2**64 - 1).seed == 2**64 - 1
+
+
 def test_bad_options_name_the_valid_choices():
     with pytest.raises(ValueError, match="valid: fp32, bf16, fp16"):
         HFEngine(model="tiny", precision="int3")

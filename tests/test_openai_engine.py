@@ -21,7 +21,13 @@ from starlette.responses import JSONResponse, StreamingResponse
 from starlette.routing import Route
 
 from engines.base import Request, SamplingParams
-from engines.openai_http import UNKNOWN_TOKEN_ID, OpenAIEngine, choice_text, error_message
+from engines.openai_http import (
+    UNKNOWN_TOKEN_ID,
+    OpenAIEngine,
+    choice_text,
+    error_message,
+    load_client_tokenizer,
+)
 from engines.registry import build_engine
 from llmperf.serve.app import build_app
 from llmperf.serve.server import ServerThread, build_server
@@ -235,7 +241,18 @@ async def fake_completions(http: HTTPRequest):
     async def truncated():
         yield chunk("a")
 
-    bodies = {"no-usage": no_usage, "stalls": stalls, "drops": drops, "truncated": truncated}
+    async def drops_after_words():
+        yield chunk(" world")
+        yield chunk(" again")
+        raise ConnectionAbortedError("the server went away")
+
+    bodies = {
+        "no-usage": no_usage,
+        "stalls": stalls,
+        "drops": drops,
+        "truncated": truncated,
+        "drops-after-words": drops_after_words,
+    }
     return StreamingResponse(bodies[behaviour](), media_type="text/event-stream")
 
 
@@ -283,6 +300,12 @@ def test_server_failures_end_the_request_with_an_error(fake_server, behaviour, e
     assert events[-1].error.startswith(error)
 
 
+def test_a_request_cut_short_counts_each_chunk_received_as_one_token(fake_server):
+    events, _ = run_one(fake_server, "drops-after-words")
+    assert [e.text for e in events[:-1]] == [" world", " again"]
+    assert events[-1].finish_reason == "error" and events[-1].num_output_tokens == 2
+
+
 def test_a_stalled_stream_times_out(fake_server):
     events, elapsed_s = run_one(fake_server, "stalls", request_timeout_s=0.5)
     assert [e.text for e in events[:-1]] == ["a"]
@@ -320,6 +343,21 @@ def test_chunk_text_rules():
         == "Hi"
     )
     assert choice_text({"delta": {}, "finish_reason": "stop"}) is None  # the end marker
+
+
+def test_client_tokenizer_takes_its_vocab_size_from_the_file_and_eos_from_config(tmp_path):
+    from tokenizers import Tokenizer
+    from tokenizers.models import WordLevel
+    from tokenizers.pre_tokenizers import Whitespace
+
+    vocab = {"[UNK]": 0, "</s>": 1, "the": 2, "cat": 3, "<|eot|>": 4}
+    tok = Tokenizer(WordLevel(vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = Whitespace()
+    tok.save(str(tmp_path / "tokenizer.json"))
+    (tmp_path / "config.json").write_text(json.dumps({"eos_token_id": [1, 4]}))
+    tokenizer = load_client_tokenizer(str(tmp_path))
+    assert (tokenizer.vocab_size, tokenizer.eos_token_ids) == (5, (1, 4))
+    assert tokenizer.encode("the cat") == [2, 3]
 
 
 def test_bad_options_name_the_valid_choices():

@@ -23,6 +23,7 @@ from llmperf.serve.cli import main, parse_overrides
 from llmperf.serve.detokenize import IncrementalDetokenizer
 from llmperf.serve.metrics import Histogram
 from llmperf.serve.server import ServerThread, build_server
+from tests.fakes import ScriptedEngine
 
 MAX_MODEL_LEN = 512
 ENGINE_OPTIONS = {
@@ -204,6 +205,20 @@ BAD_REQUESTS = [
         "stream",
         "true or false",
     ),
+    (
+        "completions",
+        {"model": "tiny", "prompt": "hi", "seed": 2**70, "temperature": 1},
+        400,
+        "seed",
+        "seed must be in [-9223372036854775808, 18446744073709551615], got 1180591620717411303424",
+    ),
+    (
+        "completions",
+        {"model": "tiny", "prompt": "hi", "seed": -(2**63) - 1, "temperature": 1, "stream": True},
+        400,
+        "seed",
+        "seed must be in",
+    ),
     ("chat/completions", {"model": "tiny"}, 400, "messages", "messages"),
     (
         "chat/completions",
@@ -253,6 +268,56 @@ def test_openai_client_raises_its_typed_errors(client):
         client.completions.create(model="tiny", prompt=LONG_PROMPT, max_tokens=1)
     with pytest.raises(openai.NotFoundError):
         client.completions.create(model="other", prompt="x", max_tokens=1)
+
+
+def test_an_engine_fault_ends_a_stream_with_an_error_event_and_done():
+    engine = ScriptedEngine(lambda request: RuntimeError("kv cache on fire"))
+    engine.max_model_len = 64
+    server = OpenAIServer(engine, "tiny")
+    body = {"model": "tiny", "prompt": "hi", "max_tokens": 2}
+    with ServerThread(build_app(server)) as running:
+        streamed = httpx.post(f"{running.base_url}/completions", json={**body, "stream": True})
+        whole = httpx.post(f"{running.base_url}/completions", json=body)
+    events = [line.removeprefix("data: ") for line in streamed.text.split("\n\n") if line]
+    message = "internal error: RuntimeError: kv cache on fire"
+    assert streamed.status_code == 200 and len(events) == 2 and events[1] == "[DONE]"
+    assert json.loads(events[0])["error"] == {
+        "message": message,
+        "type": "server_error",
+        "param": None,
+        "code": None,
+    }
+    assert whole.status_code == 500 and whole.json()["error"]["message"] == message
+    assert server.metrics.finished["error"] == 2 and server.metrics.finished["abort"] == 0
+
+
+def test_a_cancelled_whole_response_leaves_no_task_or_engine_stream_behind():
+    from engines.base import SamplingParams
+    from llmperf.serve.metrics import ServedRequest
+    from llmperf.serve.protocol import GenerationSpec
+
+    engine = ScriptedEngine(lambda request: [(60.0, 1)])  # the first token never comes
+    engine.max_model_len = 64
+    server = OpenAIServer(engine, "tiny")
+    spec = GenerationSpec("completions", "tiny", [1, 2], 2, SamplingParams(), False, False)
+
+    class Connected:
+        async def receive(self):
+            await asyncio.Event().wait()  # the client stays
+
+    async def run():
+        served = ServedRequest("cmpl-x", "completions", time.perf_counter(), time.time())
+        handler = asyncio.create_task(server._whole(Connected(), spec, served))
+        while engine.open_streams == 0:
+            await asyncio.sleep(0.001)
+        handler.cancel()  # e.g. the server shutting down
+        await asyncio.gather(handler, return_exceptions=True)
+        await asyncio.sleep(0)
+        return served, asyncio.all_tasks() - {asyncio.current_task()}
+
+    served, left = asyncio.run(run())
+    assert left == set() and engine.open_streams == 0
+    assert served.finish_reason == "abort" and server.metrics.num_in_flight == 0
 
 
 def test_api_key_guards_the_api_but_not_health(served):
@@ -452,6 +517,13 @@ def test_cli_reads_overrides_in_the_config_tree_names():
     )
 
 
+@pytest.mark.parametrize("engine_name", ["openai", "synthetic", "nope"])
+def test_build_server_refuses_an_engine_it_cannot_serve_naming_the_valid_ones(engine_name):
+    message = f"engine='{engine_name}' cannot be served.*valid: reference, hf$"
+    with pytest.raises(ValueError, match=message):
+        build_server({}, engine_name=engine_name)
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
@@ -470,6 +542,19 @@ def test_cli_bad_input_is_one_line_and_exit_2(argv, message, capsys):
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert err.startswith("llmperf-serve: error: ") and err.count("\n") == 1
+
+
+def test_cli_engine_whose_library_is_missing_is_one_line_and_exit_2(monkeypatch, capsys):
+    def build_engine(name, **options):
+        raise ImportError("No module named 'transformers'")
+
+    monkeypatch.setattr("llmperf.serve.server.build_engine", build_engine)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["engine=hf"])
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err == (
+        "llmperf-serve: error: the engine is not available here: No module named 'transformers'\n"
+    )
 
 
 def test_a_dead_engine_fails_requests_and_health_with_503(served):

@@ -17,7 +17,14 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from engines.base import EventChannel, Request, StepStat, TokenEvent
+from engines.base import (
+    EventChannel,
+    Request,
+    StepStat,
+    TokenEvent,
+    request_error,
+    resolve_max_model_len,
+)
 from engines.reference.build import build_rank_model, default_num_kv_blocks
 from engines.reference.kv_cache import blocks_for, build_kv_cache
 from engines.reference.model_runner import ModelRunner
@@ -35,8 +42,6 @@ from engines.reference.tp import (
     threads_per_rank,
 )
 from engines.reference.weights import resolve_model
-
-DEFAULT_MAX_MODEL_LEN = 4096
 
 
 class ReferenceEngine(OfflineAPI):
@@ -70,8 +75,7 @@ class ReferenceEngine(OfflineAPI):
         self.tp = tp
         self.model_name = model
         self.config, _ = resolve_model(model)
-        limit = self.config.max_position_embeddings
-        self.max_model_len = min(max_model_len or min(limit, DEFAULT_MAX_MODEL_LEN), limit)
+        self.max_model_len = resolve_max_model_len(self.config.max_position_embeddings, max_model_len)
         self.options = dict(
             model=model,
             attention=attention,
@@ -319,12 +323,9 @@ class ReferenceEngine(OfflineAPI):
     # -- requests -------------------------------------------------------------------------
 
     def _make_sequence(self, request: Request, on_event) -> Sequence:
-        ids = request.prompt_token_ids
-        if ids is None:
-            ids = self.tokenizer.encode(request.prompt_text or "")
         seq = Sequence(
             request_id=request.id,
-            prompt_token_ids=list(ids),
+            prompt_token_ids=request.prompt_ids(self.tokenizer),
             max_tokens=request.max_tokens,
             sampling=request.sampling,
             eos_token_ids=self.config.eos_token_ids,
@@ -351,17 +352,10 @@ class ReferenceEngine(OfflineAPI):
             self._lock.notify_all()
 
     def _check_fits(self, seq: Sequence) -> str | None:
-        if not seq.prompt_token_ids:
-            return "the prompt is empty"
-        bad = [t for t in seq.prompt_token_ids if not 0 <= t < self.config.vocab_size]
-        if bad:
-            return f"token id {bad[0]} is outside the vocabulary (size {self.config.vocab_size})"
+        error = request_error(seq.prompt_token_ids, seq.max_tokens, self.config.vocab_size, self.max_model_len)
+        if error is not None:
+            return error
         total = len(seq.prompt_token_ids) + seq.max_tokens
-        if total > self.max_model_len:
-            return (
-                f"prompt ({len(seq.prompt_token_ids)} tokens) + max_tokens ({seq.max_tokens}) "
-                f"exceeds max_model_len ({self.max_model_len})"
-            )
         if blocks_for(total, self.kv.block_size) > self.kv.num_blocks:
             return f"the request needs {total} KV positions; the cache holds {self.kv.num_blocks * self.kv.block_size}"
         return None

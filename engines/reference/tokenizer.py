@@ -28,13 +28,16 @@ class ByteTokenizer:
 
 
 class HFTokenizer:
-    """A `tokenizer.json` read with the `tokenizers` library (no transformers needed)."""
+    """A `tokenizer.json` read with the `tokenizers` library (no transformers needed).
 
-    def __init__(self, path: str | Path, vocab_size: int, eos_token_ids: tuple[int, ...]):
+    `vocab_size` is the model's (it may exceed the tokenizer's); None: the tokenizer's own.
+    """
+
+    def __init__(self, path: str | Path, vocab_size: int | None, eos_token_ids: tuple[int, ...]):
         from tokenizers import Tokenizer
 
         self._tok = Tokenizer.from_file(str(path))
-        self.vocab_size = vocab_size
+        self.vocab_size = self._tok.get_vocab_size() if vocab_size is None else vocab_size
         self.eos_token_ids = tuple(eos_token_ids)
 
     def encode(self, text: str) -> list[int]:

@@ -156,6 +156,8 @@ class OpenAIServer:
                     )
             except OpenAIError as err:  # after the 200 headers: the error travels as an event
                 yield sse(err.to_dict())
+            except Exception as err:  # a fault of ours: the client still gets an error and [DONE]
+                yield sse(internal_error(err).to_dict())
             yield sse("[DONE]")
         finally:
             with anyio.CancelScope(shield=True):
@@ -169,18 +171,19 @@ class OpenAIServer:
             return "".join([text async for text, _ in self._pieces(spec, served)])
 
         self.metrics.num_in_flight += 1
+        work = asyncio.ensure_future(collect())
+        gone = asyncio.ensure_future(wait_for_disconnect(http))
         try:
-            work = asyncio.ensure_future(collect())
-            gone = asyncio.ensure_future(wait_for_disconnect(http))
             await asyncio.wait({work, gone}, return_when=asyncio.FIRST_COMPLETED)
+        finally:  # also when this handler is cancelled: neither task may outlive it
             gone.cancel()
-            if not work.done():  # nobody is left to answer
-                work.cancel()
-                await asyncio.gather(work, return_exceptions=True)
-                return Response(status_code=499)
-            text = work.result()
-        finally:
+            work.cancel()  # nobody is left to answer, if it is still running
+            with anyio.CancelScope(shield=True):
+                await asyncio.gather(work, gone, return_exceptions=True)
             self._finish(served)
+        if work.cancelled():
+            return Response(status_code=499)
+        text = work.result()
         shapes = ResponseShapes(spec, served.id)
         return JSONResponse(
             shapes.whole(
@@ -219,6 +222,12 @@ class OpenAIServer:
                     return
                 if event.token_ids:
                     yield text, None
+        except OpenAIError:
+            raise
+        except Exception as err:  # the engine raised instead of ending with an error event
+            error = internal_error(err)
+            served.finish_reason, served.error = "error", error.message
+            raise error from err
         finally:
             with anyio.CancelScope(shield=True):  # runs even while the response is being cancelled
                 await stream.aclose()
@@ -286,9 +295,14 @@ async def _http_error(http: HTTPRequest, err: Exception) -> Response:
     )
 
 
-async def _server_error(http: HTTPRequest, err: Exception) -> Response:
+def internal_error(err: Exception) -> OpenAIError:
+    """An unexpected fault, as a 500 in OpenAI's error shape."""
     message = f"internal error: {type(err).__name__}: {err}"
-    return _error_response(OpenAIError(message, status=500, type="server_error"))
+    return OpenAIError(message, status=500, type="server_error")
+
+
+async def _server_error(http: HTTPRequest, err: Exception) -> Response:
+    return _error_response(internal_error(err))
 
 
 def build_app(server: OpenAIServer, manage_engine: bool = True) -> Starlette:

@@ -13,7 +13,7 @@ Bad input: one line on stderr, exit code 2.
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import Any, NoReturn
 
 import yaml
 from hydra import initialize_config_module
@@ -21,10 +21,15 @@ from hydra import initialize_config_module
 from llmperf.cli import CONFIG_MODULE, check_command_line, compose_config
 from llmperf.config import register_configs
 from llmperf.errors import UsageError
-from llmperf.serve.server import DEFAULT_HOST, DEFAULT_PORT, build_server, run_server
+from llmperf.serve.server import (
+    DEFAULT_HOST,
+    DEFAULT_PORT,
+    build_server,
+    check_servable,
+    run_server,
+)
 
 EXIT_USAGE = 2
-SERVABLE_ENGINES = ("reference", "hf")
 SERVER_KEYS = ("host", "port", "api_key", "served_model_name", "request_log")
 
 
@@ -42,10 +47,10 @@ def parse_overrides(argv: list[str]) -> dict[str, Any]:
     check_command_line(overrides)
     with initialize_config_module(config_module=CONFIG_MODULE, version_base="1.3"):
         config = compose_config(overrides)
-    if config.engine.name not in SERVABLE_ENGINES:
-        raise UsageError(
-            f"engine={config.engine.name!r} cannot be served; valid: {', '.join(SERVABLE_ENGINES)}"
-        )
+    try:
+        check_servable(config.engine.name)  # before the weights load
+    except ValueError as err:
+        raise UsageError(str(err)) from None
     port = server.get("port", DEFAULT_PORT)
     if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
         raise UsageError(f"port={port!r} must be an integer in 0..65535")
@@ -85,11 +90,17 @@ def main(argv: list[str] | None = None) -> None:
             options["served_model_name"],
             options["request_log"],
         )
+    except ImportError as err:  # the engine's library is not installed (transformers for hf)
+        _exit_usage(f"the engine is not available here: {err}")
     except (UsageError, ValueError, TypeError, OSError) as err:
-        message = " ".join(str(err).split())
-        print(f"llmperf-serve: error: {message}", file=sys.stderr)
-        sys.exit(EXIT_USAGE)
+        _exit_usage(str(err))
     run_server(server, options["host"], options["port"])
+
+
+def _exit_usage(message: str) -> NoReturn:
+    message = " ".join(message.split())
+    print(f"llmperf-serve: error: {message}", file=sys.stderr)
+    sys.exit(EXIT_USAGE)
 
 
 if __name__ == "__main__":

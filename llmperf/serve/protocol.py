@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from engines.base import SamplingParams, Tokenizer
+from engines.base import SEED_RANGE, SamplingParams, Tokenizer
 
 COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
 MAX_TEMPERATURE = 2.0  # OpenAI's range is [0, 2]
@@ -231,11 +231,15 @@ def _sampling(body: dict) -> SamplingParams:
     stop_ids = body.get("stop_token_ids") or []
     if not isinstance(stop_ids, list) or not all(isinstance(t, int) for t in stop_ids):
         raise OpenAIError("stop_token_ids must be a list of token ids", param="stop_token_ids")
+    seed = _int_field(body, "seed", None, minimum=None)
+    low, high = SEED_RANGE
+    if seed is not None and not low <= seed <= high:
+        raise OpenAIError(f"seed must be in [{low}, {high}], got {seed}", param="seed")
     return SamplingParams(
         temperature=temperature,
         top_k=max(top_k, 0),
         top_p=top_p,
-        seed=_int_field(body, "seed", None, minimum=None),
+        seed=seed,
         ignore_eos=_bool_field(body, "ignore_eos", False),
         stop_token_ids=tuple(stop_ids),
     )

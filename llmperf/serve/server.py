@@ -17,6 +17,7 @@ from llmperf.serve.metrics import RequestLog
 DEFAULT_HOST = "127.0.0.1"  # loopback only unless asked: the API has no auth by default
 DEFAULT_PORT = 8000
 GRACEFUL_SHUTDOWN_S = 5.0
+SERVABLE_ENGINES = ("reference", "hf")  # local engines with a tokenizer and a context limit
 
 
 def build_server(
@@ -27,10 +28,7 @@ def build_server(
     request_log: str | Path | None = None,
 ) -> OpenAIServer:
     """Build the engine (weights and all) and the server state over it."""
-    if engine_name == "openai":
-        raise ValueError(
-            "engine 'openai' is a client; llmperf-serve serves a local engine (reference, hf)"
-        )
+    check_servable(engine_name)
     engine = build_engine(engine_name, **engine_options)
     model = str(engine_options.get("model", "tiny"))
     checkpoint = Path(model).expanduser()
@@ -42,6 +40,14 @@ def build_server(
         request_log=RequestLog(request_log) if request_log else None,
         render_chat=compile_chat_template(template, special_tokens),
     )
+
+
+def check_servable(engine_name: str) -> None:
+    if engine_name not in SERVABLE_ENGINES:
+        raise ValueError(
+            f"engine={engine_name!r} cannot be served (llmperf-serve serves a local engine); "
+            f"valid: {', '.join(SERVABLE_ENGINES)}"
+        )
 
 
 def serve(
