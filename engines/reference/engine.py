@@ -339,17 +339,19 @@ class ReferenceEngine(OfflineAPI):
         return seq
 
     def _submit(self, seq: Sequence) -> None:
-        error = self._died or self._check_fits(seq)
-        if error is not None:
-            seq.status = SeqStatus.FINISHED
-            seq.finish_reason = "error"
-            seq.on_tokens(self._event(seq, [], time.perf_counter(), finished=True, error=error))
-            return
-        with self._lock:
-            self._live[seq.request_id] = seq
-            self._inbox.append(seq)
-            self._last_order = max(self._last_order, seq.order)
-            self._lock.notify_all()
+        error = self._check_fits(seq)
+        if error is None:
+            with self._lock:  # a loop that dies sets _died under this lock, then fails what is in _live
+                error = self._died
+                if error is None:
+                    self._live[seq.request_id] = seq
+                    self._inbox.append(seq)
+                    self._last_order = max(self._last_order, seq.order)
+                    self._lock.notify_all()
+                    return
+        seq.status = SeqStatus.FINISHED
+        seq.finish_reason = "error"
+        seq.on_tokens(self._event(seq, [], time.perf_counter(), finished=True, error=error))
 
     def _check_fits(self, seq: Sequence) -> str | None:
         error = request_error(seq.prompt_token_ids, seq.max_tokens, self.config.vocab_size, self.max_model_len)
