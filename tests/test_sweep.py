@@ -9,7 +9,14 @@ import pytest
 from omegaconf import OmegaConf
 
 from llmperf.report.errors import ReportError
-from llmperf.report.sweep import FIGURES, load_sweep, pareto_front, pivots, write_sweep_csv
+from llmperf.report.sweep import (
+    FIGURES,
+    build_sweep_report,
+    load_sweep,
+    pareto_front,
+    pivots,
+    write_sweep_csv,
+)
 from llmperf.sweep_callback import SweepReport
 from tests.test_gate_support import summary, write_sweep
 from tests.test_report_support import write_realistic_sweep
@@ -90,6 +97,27 @@ def test_missing_figures_are_empty_cells(tmp_path):
     write_sweep_csv(sweep)
     rows = {r["engine.batching"]: r for r in csv.DictReader((folder / "sweep.csv").open())}
     assert rows["static"]["goodput_rps"] == ""
+
+
+def test_a_sweep_where_no_job_has_a_tpot_still_builds_its_report(tmp_path):
+    # One output token per request (scenario.output_tokens.value=1): no TPOT in any job.
+    no_tpot = dict.fromkeys(("mean", "median", "p90", "p95", "p99", "std", "min", "max"))
+    jobs = {f"scenario.arrival.rate_rps={r}": summary(output_throughput_tps=100.0 * r,
+                                                      tpot_s=no_tpot) for r in (1, 2, 4)}
+    folder = write_sweep(tmp_path / "sweep", jobs)
+    report = build_sweep_report(folder)
+    sweep = load_sweep(folder)
+    assert sweep.table["tpot_p99_s"].isna().all()
+    assert sweep.table["tpot_p99_s"].dtype == float
+    assert list(sweep.table["output_throughput_tps"]) == [100.0, 200.0, 400.0]
+    assert list(sweep.table["pareto_tpot_p99"]) == [False, False, False]
+    assert (folder / "plots" / "sweep_pareto.png").is_file()
+    assert (folder / "plots" / "sweep_load.png").is_file()
+    assert [p["title"] for p in pivots(sweep)] == ["Output throughput (tok/s)",
+                                                   "Goodput (req/s)", "TTFT p99 (ms)"]
+    rows = list(csv.DictReader((folder / "sweep.csv").open()))
+    assert [r["tpot_p99_s"] for r in rows] == ["", "", ""]
+    assert "TPOT p99 ms" not in report.read_text()
 
 
 def test_callback_writes_csv_and_report_in_the_sweep_folder(tmp_path):

@@ -62,6 +62,7 @@ FIGURES = {
     "prediction_error_decode_step": "prediction_error_decode_step",
     "prediction_error_tpot": "prediction_error_tpot",
 }
+FLAGS = ("valid", "interrupted")  # yes/no columns; every other figure is a number
 PREDICTION_COLUMNS = ("ttft_median_s", "predicted_ttft_s", "prediction_error_ttft",
                       "measured_decode_step_s", "predicted_decode_step_s",
                       "prediction_error_decode_step", "prediction_error_tpot")
@@ -112,7 +113,13 @@ def _row(job: Job, sweep_dir: Path, keys: list[str]) -> dict[str, Any]:
     row.update({k: job.overrides.get(k) for k in keys})
     for column, path in FIGURES.items():
         value = figures.get(job.summary, path)
-        row[column] = value if isinstance(value, (int, float)) else None
+        if column in FLAGS:
+            row[column] = value if isinstance(value, (int, float)) else None
+        else:
+            # NaN, not None, where a figure is missing: the column stays numeric (a run with
+            # one output token has no TPOT, and every job of such a sweep lacks it).
+            number = isinstance(value, (int, float)) and not isinstance(value, bool)
+            row[column] = value if number else math.nan
     return row
 
 

@@ -80,6 +80,10 @@ def load_curves(sweep: Sweep) -> Figure:
 def _frontier_panel(ax: Axes, sweep: Sweep, latency: str, title: str) -> None:
     titled(ax, title, "output throughput (tok/s)", f"{title.split()[0]} (ms)")
     for i, (group, part) in enumerate(_groups(sweep)):
+        # Jobs lacking either figure (no TPOT when every request made one token) are not drawn.
+        part = part.dropna(subset=["output_throughput_tps", latency])
+        if part.empty:
+            continue
         ax.plot(part["output_throughput_tps"], part[latency] * 1e3, marker="o", ms=6,
                 color=color(i), lw=1.2, ls="-" if sweep.x_key else "none", label=group)
         if sweep.x_key:
@@ -88,6 +92,10 @@ def _frontier_panel(ax: Axes, sweep: Sweep, latency: str, title: str) -> None:
                             row[latency] * 1e3), textcoords="offset points", xytext=(4, 4),
                             fontsize=7.5, color=color(i))
     table = sweep.table
+    if table[latency].isna().all():
+        ax.text(0.5, 0.5, f"no job recorded {title}", transform=ax.transAxes, ha="center",
+                va="center", color=MUTED)
+        return
     front = table[pareto_front(table["output_throughput_tps"].tolist(), table[latency].tolist())]
     front = front.sort_values("output_throughput_tps")
     if len(front):
