@@ -129,6 +129,33 @@ def test_callback_writes_csv_and_report_in_the_sweep_folder(tmp_path):
     assert "1 job left no summary.json" in html and "batching=chunked" in html
 
 
+def test_one_unreadable_summary_leaves_the_other_jobs_compared(tmp_path):
+    folder = write_realistic_sweep(tmp_path / "sweep")
+    broken = "engine.batching=static,scenario.arrival.rate_rps=8"
+    (folder / broken / "summary.json").write_text('{"schema_version": 1, "valid": tr')
+    old = "engine.batching=static,scenario.arrival.rate_rps=4"
+    data = json.loads((folder / old / "summary.json").read_text())
+    (folder / old / "summary.json").write_text(json.dumps({**data, "schema_version": 0}))
+    sweep = load_sweep(folder)
+    assert list(sweep.table["engine.batching"]) == ["continuous", "continuous"]
+    assert list(sweep.without_summary) == [old, broken]
+    assert sweep.without_summary[broken].endswith("summary.json: not valid JSON"
+                                                  " (Expecting value at line 1)")
+    assert "schema_version 0" in sweep.without_summary[old]
+    html = build_sweep_report(folder).read_text()
+    assert "2 jobs left no summary.json, or an unreadable one" in html
+    assert "not valid JSON (Expecting value at line 1)" in html
+
+
+def test_a_sweep_without_one_readable_summary_is_an_error_naming_each_job(tmp_path):
+    folder = write_sweep(tmp_path / "sweep", {"a=1": summary(), "a=2": summary()})
+    (folder / "a=1" / "summary.json").write_text("[")
+    (folder / "a=2" / "summary.json").unlink()
+    with pytest.raises(ReportError, match=r"no readable summary.json in the subfolders of .*;"
+                       r" a=1: .*not valid JSON.*; a=2: no summary.json"):
+        load_sweep(folder)
+
+
 def test_callback_warns_instead_of_failing_when_no_job_left_a_summary(tmp_path, caplog):
     (tmp_path / "sweep" / "a=1" / ".hydra").mkdir(parents=True)
     with caplog.at_level(logging.WARNING, logger="llmperf.sweep_callback"):

@@ -58,14 +58,15 @@ def load_jobs(path: Path) -> list[Job]:
     if not path.is_dir():
         raise GateError(f"run folder not found: {path}")
     if (path / "summary.json").is_file():
-        return [_load_job(path)]
-    jobs = [_load_job(p) for p in sorted(path.iterdir()) if (p / "summary.json").is_file()]
+        return [load_job(path)]
+    jobs = [load_job(p) for p in sorted(path.iterdir()) if (p / "summary.json").is_file()]
     if not jobs:
         raise GateError(f"no summary.json in {path} or its subfolders: not a run or sweep folder")
     return jobs
 
 
-def _load_job(path: Path) -> Job:
+def load_job(path: Path) -> Job:
+    """One run folder's job; GateError if its summary.json or overrides cannot be read."""
     summary = _read_json(path / "summary.json")
     version = summary.get("schema_version") if isinstance(summary, dict) else None
     if version != SCHEMA_VERSION:

@@ -1,7 +1,8 @@
 """A sweep (a Hydra multirun folder): sweep.csv with a row per job, and the comparison page.
 
-Jobs are found by the gate's reader (llmperf.gate.runs.load_jobs): each subfolder with
-a summary.json, its overrides from .hydra/overrides.yaml. The overrides that vary across
+Jobs are read by the gate's reader (llmperf.gate.runs.load_job): each subfolder with
+a summary.json, its overrides from .hydra/overrides.yaml; one that cannot be read is
+listed with the reason, and the others are compared. The overrides that vary across
 jobs organise the comparison: a numeric one (a rate, a concurrency) is the x axis, the
 others (a batching strategy, an engine) make the groups that are drawn as one line each.
 """
@@ -16,7 +17,7 @@ from typing import Any
 import pandas as pd
 
 from llmperf.gate.errors import GateError
-from llmperf.gate.runs import Job, load_jobs
+from llmperf.gate.runs import Job, load_job
 from llmperf.report import figures
 from llmperf.report.errors import ReportError
 from llmperf.report.folder import is_sweep_folder
@@ -79,7 +80,8 @@ class Sweep:
     override_keys: list[str]
     x_key: str | None  # the numeric override that varies, for x axes
     group_keys: list[str]  # the other overrides that vary: one line per combination
-    without_summary: list[str] = field(default_factory=list)  # job folders that did not finish
+    # job folder -> why it is not compared (no summary.json: it failed or was cut short)
+    without_summary: dict[str, str] = field(default_factory=dict)
 
     @property
     def varying(self) -> list[str]:
@@ -88,24 +90,38 @@ class Sweep:
 
 def load_sweep(path: Path) -> Sweep:
     path = Path(path)
-    try:
-        jobs = load_jobs(path)
-    except GateError as e:
-        raise ReportError(str(e)) from None
-    if len(jobs) == 1 and jobs[0].path == path:
+    if not path.is_dir():
+        raise ReportError(f"{path}: no such folder")
+    if (path / "summary.json").is_file():
         raise ReportError(f"{path} is a run folder, not a sweep folder")
+    jobs, without_summary = _load_jobs(path)
+    if not jobs:
+        raise ReportError(f"no readable summary.json in the subfolders of {path}"
+                          + "".join(f"; {job}: {why}" for job, why in without_summary.items()))
     keys = list(dict.fromkeys(k for job in jobs for k in job.overrides))
     table = pd.DataFrame([_row(job, path, keys) for job in jobs])
     varying = [k for k in keys if table[k].nunique(dropna=False) > 1]
     x_key = _pick_x(table, varying)
-    sweep = Sweep(path, table, keys, x_key, [k for k in varying if k != x_key],
-                  [p.name for p in sorted(path.iterdir())
-                   if (p / ".hydra").is_dir() and not (p / "summary.json").is_file()])
+    sweep = Sweep(path, table, keys, x_key, [k for k in varying if k != x_key], without_summary)
     sweep.table = _sorted(sweep)
     for column, latency in FRONTIERS.items():
         sweep.table[column] = pareto_front(sweep.table["output_throughput_tps"].tolist(),
                                            sweep.table[latency].tolist())
     return sweep
+
+
+def _load_jobs(path: Path) -> tuple[list[Job], dict[str, str]]:
+    """The jobs that left a readable summary.json, and why each other job folder did not."""
+    jobs, without_summary = [], {}
+    for folder in sorted(path.iterdir()):
+        if (folder / "summary.json").is_file():
+            try:
+                jobs.append(load_job(folder))
+            except GateError as e:
+                without_summary[folder.name] = str(e)
+        elif (folder / ".hydra").is_dir():
+            without_summary[folder.name] = "no summary.json (the job failed or was cut short)"
+    return jobs, without_summary
 
 
 def _row(job: Job, sweep_dir: Path, keys: list[str]) -> dict[str, Any]:
