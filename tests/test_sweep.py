@@ -156,6 +156,17 @@ def test_a_sweep_without_one_readable_summary_is_an_error_naming_each_job(tmp_pa
         load_sweep(folder)
 
 
+def test_callback_with_reports_disabled_writes_the_csv_but_no_page_or_plots(tmp_path):
+    folder = write_realistic_sweep(tmp_path / "sweep")
+    config = OmegaConf.merge(hydra_config(folder), {"report": {"enabled": False}})
+    SweepReport().on_multirun_end(config)
+    rows = list(csv.DictReader((folder / "sweep.csv").open()))
+    assert [r["job"] for r in rows] == list(load_sweep(folder).table["job"])
+    assert {r["engine.batching"] for r in rows} == {"static", "continuous"}
+    assert not (folder / "report.html").exists()
+    assert not (folder / "plots").exists()
+
+
 def test_callback_warns_instead_of_failing_when_no_job_left_a_summary(tmp_path, caplog):
     (tmp_path / "sweep" / "a=1" / ".hydra").mkdir(parents=True)
     with caplog.at_level(logging.WARNING, logger="llmperf.sweep_callback"):

@@ -295,17 +295,23 @@ def pivots(sweep: Sweep) -> list[dict[str, Any]]:
     return out
 
 
-def build_sweep_report(sweep_dir: Path) -> Path:
-    """Write sweep_dir/sweep.csv and sweep_dir/report.html; returns the report's path."""
-    from llmperf.report.sweep_plots import SWEEP_PLOTS
-
+def open_sweep(sweep_dir: Path) -> Sweep:
+    """The sweep in a folder that must be one (load_sweep reads any folder of job folders)."""
     sweep_dir = Path(sweep_dir)
     if not sweep_dir.is_dir():
         raise ReportError(f"{sweep_dir}: no such folder")
     if not is_sweep_folder(sweep_dir):
         raise ReportError(f"{sweep_dir}: not a sweep folder (no multirun.yaml, and fewer than"
                           " two run subfolders)")
-    sweep = load_sweep(sweep_dir)
+    return load_sweep(sweep_dir)
+
+
+def build_sweep_report(sweep_dir: Path) -> Path:
+    """Write sweep_dir/sweep.csv and sweep_dir/report.html; returns the report's path."""
+    from llmperf.report.sweep_plots import SWEEP_PLOTS
+
+    sweep = open_sweep(sweep_dir)
+    sweep_dir = sweep.path
     csv = write_sweep_csv(sweep)
     clear_plots(sweep_dir)
     plots: list[Plot] = [render(sweep_dir, name, title, lambda make=make: make(sweep))
