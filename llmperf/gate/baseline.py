@@ -74,11 +74,15 @@ class Baseline:
         for name, m in metrics.items():
             spec = MetricSpec.parse(name)
             values = m.get("values") if isinstance(m, dict) else None
-            if not values or not all(isinstance(v, (int, float)) for v in values):
+            if not isinstance(values, list) or not values or not all(
+                    isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
                 raise GateError(f"metric {name!r} needs a non-empty list of numbers as values")
             entries[name] = BaselineEntry(spec, Tolerance.parse(str(m.get("tolerance", "")), spec),
                                           [float(v) for v in values])
-        return cls(entries, d.get("source", {}), d.get("created", ""))
+        source = d.get("source", {})
+        if not isinstance(source, dict):
+            raise GateError("'source' must be an object (git_commit, runs, scenario, ...)")
+        return cls(entries, source, d.get("created", ""))
 
     @classmethod
     def load(cls, path: Path) -> Baseline:
