@@ -13,7 +13,8 @@ from matplotlib.figure import Figure
 
 from llmperf.report import figures
 from llmperf.report import records as rec
-from llmperf.report.folder import RunFolder, load_run_folder
+from llmperf.report.errors import ReportError
+from llmperf.report.folder import RunFolder, is_run_folder, is_sweep_folder, load_run_folder
 from llmperf.report.plotting import (
     NoData,
     clear_plots,
@@ -142,8 +143,12 @@ def headline_bars(runs: list[RunFolder], names: list[str]) -> Figure:
 
 def build_comparison_report(run_dirs: list[Path], out_dir: Path) -> Path:
     """Write out_dir/report.html comparing the runs; returns its path."""
-    runs = [load_run_folder(Path(d)) for d in run_dirs]
     out_dir = Path(out_dir)
+    for kind, holds in (("run", is_run_folder), ("sweep", is_sweep_folder)):
+        if holds(out_dir):
+            raise ReportError(f"{out_dir} is a {kind} folder: the comparison would replace its"
+                              " report and plots; give another --out")
+    runs = [load_run_folder(Path(d)) for d in run_dirs]
     out_dir.mkdir(parents=True, exist_ok=True)
     clear_plots(out_dir)
     names = labels(runs)
