@@ -28,6 +28,7 @@ from llmperf.report.plotting import (
 from llmperf.report.render import write_page
 from llmperf.report.run import REPORT_FILE, banners, run_heading
 from llmperf.report.units import MISSING, format_value, milliseconds, significant
+from llmperf.run_files import is_number, lookup
 
 # (summary path, row title, higher is better; None: not ranked)
 ROWS = (
@@ -76,10 +77,10 @@ def figure_rows(runs: list[RunFolder]) -> list[dict[str, Any]]:
     they differ."""
     out = []
     for key, title, higher in ROWS:
-        values = [figures.get(r.summary, key) for r in runs]
-        if not any(_is_number(v) for v in values):
+        values = [lookup(r.summary, key) for r in runs]
+        if not any(is_number(v) for v in values):
             continue
-        ranked = [v for v, r in zip(values, runs, strict=True) if _is_number(v) and _trusted(r)]
+        ranked = [v for v, r in zip(values, runs, strict=True) if is_number(v) and _trusted(r)]
         best = None
         if higher is not None and len(set(ranked)) > 1:
             best = max(ranked) if higher else min(ranked)
@@ -87,10 +88,6 @@ def figure_rows(runs: list[RunFolder]) -> list[dict[str, Any]]:
             {"text": _cell(key, v), "best": best is not None and v == best and _trusted(r)}
             for v, r in zip(values, runs, strict=True)]})
     return out
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def config_differences(runs: list[RunFolder]) -> list[dict[str, Any]]:
@@ -133,7 +130,7 @@ def headline_bars(runs: list[RunFolder], names: list[str]) -> Figure:
     positions = np.arange(len(runs))
     for ax, (key, title, ylabel, scale) in zip(axes, panels, strict=True):
         titled(ax, title, "", ylabel)
-        values = [(figures.get(r.summary, key) or 0) * scale for r in runs]
+        values = [(lookup(r.summary, key) or 0) * scale for r in runs]
         bars = ax.bar(positions, values, color=[color(i) for i in range(len(runs))])
         ax.bar_label(bars, labels=[significant(v) for v in values], fontsize=8, padding=2)
         ax.set_xticks(positions, [str(i + 1) for i in positions])

@@ -10,6 +10,7 @@ from typing import Any
 
 from llmperf.metrics import STAT_KEYS
 from llmperf.report.units import MISSING, duration, format_value, milliseconds
+from llmperf.run_files import lookup, number
 
 LATENCIES = (("ttft_s", "TTFT", "time to first token, from intended arrival"),
              ("tpot_s", "TPOT", "time per output token after the first"),
@@ -41,25 +42,10 @@ class Row:
     value: str
 
 
-def get(summary: dict[str, Any], path: str) -> Any:
-    """summary["a"]["b"] for "a.b"; None where any part is missing."""
-    node: Any = summary
-    for part in path.split("."):
-        if not isinstance(node, dict):
-            return None
-        node = node.get(part)
-    return node
-
-
-def _number(summary: dict[str, Any], path: str) -> float | None:
-    value = get(summary, path)
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
-
-
 def headline(summary: dict[str, Any]) -> list[Tile]:
     """The figures a reader wants first, as tiles."""
     def n(path: str) -> float | None:
-        return _number(summary, path)
+        return number(summary, path)
 
     fmt = format_value
     tiles = [
@@ -143,10 +129,10 @@ def failed_checks(summary: dict[str, Any]) -> list[str]:
 def run_title(summary: dict[str, Any], fallback: str) -> str:
     """'chat · reference (continuous) · tiny · cpu' from the summary's objects."""
     engine = summary.get("engine") if isinstance(summary.get("engine"), dict) else {}
-    batching = get(engine, "config.batching") or engine.get("batching")
-    parts = [get(summary, "scenario.name"),
+    batching = lookup(engine, "config.batching") or engine.get("batching")
+    parts = [lookup(summary, "scenario.name"),
              f"{engine.get('name')} ({batching})" if batching else engine.get("name"),
-             get(summary, "model.name"), get(summary, "hardware.name")]
+             lookup(summary, "model.name"), lookup(summary, "hardware.name")]
     names = [str(p) for p in parts if p]
     return " · ".join(names) or fallback
 

@@ -18,6 +18,7 @@ import yaml
 
 from llmperf.report.errors import ReportError
 from llmperf.report.records import summary_from_records
+from llmperf.run_files import UnreadableFile, read_json
 
 RUN_FILES = ("summary.json", "requests.jsonl", "steps.jsonl", "telemetry.csv", "config.yaml",
              "environment.json")
@@ -116,20 +117,13 @@ def _read_summary(path: Path, notes: list[str]) -> dict[str, Any] | None:
         return None
     try:
         summary = read_json(path)
-    except ReportError as e:
+    except UnreadableFile as e:
         notes.append(f"{e}: figures computed from requests.jsonl")
         return None
     if not isinstance(summary, dict):
         notes.append(f"{path}: not a JSON object: figures computed from requests.jsonl")
         return None
     return summary
-
-
-def read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
-        raise ReportError(f"{path}: not valid JSON ({e.msg} at line {e.lineno})") from None
 
 
 def read_overrides(path: Path) -> list[str]:
@@ -189,7 +183,7 @@ def _read_environment(path: Path, notes: list[str]) -> dict[str, Any] | None:
         return None
     try:
         env = read_json(path)
-    except ReportError as e:
+    except UnreadableFile as e:
         notes.append(str(e))
         return None
     return env if isinstance(env, dict) else None

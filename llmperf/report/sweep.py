@@ -18,13 +18,13 @@ import pandas as pd
 
 from llmperf.gate.errors import GateError
 from llmperf.gate.runs import Job, load_job
-from llmperf.report import figures
 from llmperf.report.errors import ReportError
 from llmperf.report.folder import is_sweep_folder
 from llmperf.report.plotting import Plot, clear_plots, render
 from llmperf.report.render import write_page
 from llmperf.report.run import REPORT_FILE
 from llmperf.report.units import MISSING, is_fraction, milliseconds, significant
+from llmperf.run_files import is_number, lookup
 
 SWEEP_CSV = "sweep.csv"
 # sweep.csv's figure columns: column name -> where in summary.json.
@@ -128,14 +128,13 @@ def _row(job: Job, sweep_dir: Path, keys: list[str]) -> dict[str, Any]:
     row: dict[str, Any] = {"job": str(job.path.relative_to(sweep_dir))}
     row.update({k: job.overrides.get(k) for k in keys})
     for column, path in FIGURES.items():
-        value = figures.get(job.summary, path)
+        value = lookup(job.summary, path)
         if column in FLAGS:
             row[column] = value if isinstance(value, (int, float)) else None
         else:
             # NaN, not None, where a figure is missing: the column stays numeric (a run with
             # one output token has no TPOT, and every job of such a sweep lacks it).
-            number = isinstance(value, (int, float)) and not isinstance(value, bool)
-            row[column] = value if number else math.nan
+            row[column] = value if is_number(value) else math.nan
     return row
 
 
