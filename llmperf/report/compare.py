@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import yaml
 from matplotlib.figure import Figure
 
 from llmperf.report import figures
@@ -92,13 +91,7 @@ def figure_rows(runs: list[RunFolder]) -> list[dict[str, Any]]:
 
 def config_differences(runs: list[RunFolder]) -> list[dict[str, Any]]:
     """The resolved config keys whose values are not the same in every run."""
-    flat = []
-    for run in runs:
-        try:
-            data = yaml.safe_load(run.config_yaml) if run.config_yaml else {}
-        except yaml.YAMLError:
-            data = {}
-        flat.append({row.key: row.value for row in figures.flatten(data or {})})
+    flat = [{row.key: row.value for row in figures.flatten(run.config)} for run in runs]
     keys = list(dict.fromkeys(k for f in flat for k in f))
     return [{"key": k, "values": [f.get(k, MISSING) for f in flat]} for k in keys
             if len({f.get(k, MISSING) for f in flat}) > 1]

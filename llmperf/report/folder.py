@@ -32,8 +32,10 @@ class RunFolder:
     steps: list[dict[str, Any]] | None
     telemetry: pd.DataFrame | None
     config_yaml: str | None
+    config: dict[str, Any]  # config.yaml parsed; {} when missing or unreadable
     environment: dict[str, Any] | None
     overrides: list[str]
+    missing_files: list[str]  # of RUN_FILES
     summary_from_records: bool = False  # no summary.json: figures computed from requests.jsonl
     notes: list[str] = field(default_factory=list)  # what was missing or unreadable
 
@@ -44,10 +46,6 @@ class RunFolder:
     @property
     def label(self) -> str:
         return " ".join(self.overrides) or self.path.name
-
-    @property
-    def missing_files(self) -> list[str]:
-        return [name for name in RUN_FILES if not (self.path / name).is_file()]
 
 
 def is_run_folder(path: Path) -> bool:
@@ -77,15 +75,18 @@ def load_run_folder(path: Path) -> RunFolder:
         raise ReportError(f"{path}: summary.json is unreadable and requests.jsonl holds no records")
     steps_file = path / "steps.jsonl"
     steps = _read_jsonl(steps_file, notes) if steps_file.is_file() else None
+    config_yaml = _read_text(path / "config.yaml")
     return RunFolder(
         path=path,
         summary=summary if summary is not None else summary_from_records(records),
         records=records,
         steps=align_steps(steps, summary or {}, records) if steps else steps,
         telemetry=_read_telemetry(path / "telemetry.csv", notes),
-        config_yaml=_read_text(path / "config.yaml"),
+        config_yaml=config_yaml,
+        config=_parse_config(config_yaml),
         environment=_read_environment(path / "environment.json", notes),
         overrides=read_overrides(path),
+        missing_files=[name for name in RUN_FILES if not (path / name).is_file()],
         summary_from_records=summary is None,
         notes=notes,
     )
@@ -176,6 +177,14 @@ def _read_telemetry(path: Path, notes: list[str]) -> pd.DataFrame | None:
 
 def _read_text(path: Path) -> str | None:
     return path.read_text(encoding="utf-8", errors="replace") if path.is_file() else None
+
+
+def _parse_config(text: str | None) -> dict[str, Any]:
+    try:
+        config = yaml.safe_load(text) if text else None
+    except yaml.YAMLError:
+        return {}
+    return config if isinstance(config, dict) else {}
 
 
 def _read_environment(path: Path, notes: list[str]) -> dict[str, Any] | None:

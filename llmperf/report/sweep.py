@@ -82,6 +82,7 @@ class Sweep:
     group_keys: list[str]  # the other overrides that vary: one line per combination
     # job folder -> why it is not compared (no summary.json: it failed or was cut short)
     without_summary: dict[str, str] = field(default_factory=dict)
+    groups: list[str] = field(default_factory=list)  # each row's group_label, in table order
 
     @property
     def varying(self) -> list[str]:
@@ -104,6 +105,7 @@ def load_sweep(path: Path) -> Sweep:
     x_key = _pick_x(table, varying)
     sweep = Sweep(path, table, keys, x_key, [k for k in varying if k != x_key], without_summary)
     sweep.table = _sorted(sweep)
+    sweep.groups = sweep.table.pop("_group").tolist()
     for column, latency in FRONTIERS.items():
         sweep.table[column] = pareto_front(sweep.table["output_throughput_tps"].tolist(),
                                            sweep.table[latency].tolist())
@@ -151,6 +153,7 @@ def _pick_x(table: pd.DataFrame, varying: list[str]) -> str | None:
 
 
 def _sorted(sweep: Sweep) -> pd.DataFrame:
+    """The table by group, then by x; a `_group` column holds each row's group label."""
     table = sweep.table.copy()
     table["_group"] = [group_label(sweep, row) for _, row in table.iterrows()]
     order = ["_group"]
@@ -158,7 +161,7 @@ def _sorted(sweep: Sweep) -> pd.DataFrame:
         table["_x"] = numeric(table[sweep.x_key])
         order.append("_x")
     table = table.sort_values(order, kind="stable").reset_index(drop=True)
-    return table.drop(columns=[c for c in ("_group", "_x") if c in table])
+    return table.drop(columns="_x", errors="ignore")
 
 
 def short_key(key: str) -> str:
@@ -276,7 +279,7 @@ def pivots(sweep: Sweep) -> list[dict[str, Any]]:
     the best group at each x in bold."""
     if not sweep.x_key:
         return []
-    groups = [group_label(sweep, r) for _, r in sweep.table.iterrows()]
+    groups = sweep.groups
     xs_of_jobs = numeric(sweep.table[sweep.x_key]).tolist()
     xs = sorted(set(xs_of_jobs))
     out = []
