@@ -90,7 +90,6 @@ def build_plan(args: dict[str, Any]) -> Plan:
         scenario = load_scenario(args["scenario"])
         fields.update(workload_from_scenario(scenario, args["scenario"]))
         unknown = unknown_workload(scenario, args["scenario"])
-        fields["source"] = f"scenario {args['scenario']}"
     explicit = {
         k: float(args[k])
         for k in ("prompt_tokens", "output_tokens", "context_len", "concurrency", "rate_rps")

@@ -31,7 +31,6 @@ class Workload:
     )
     concurrency: float | None = None  # sequences at once; None: derived from rate_rps, else 1
     rate_rps: float | None = None  # open-loop arrival rate
-    source: str = "default"
 
     def __post_init__(self) -> None:
         for name in (

@@ -18,7 +18,6 @@ LATENCIES = (("ttft_s", "TTFT", "time to first token, from intended arrival"),
              ("e2e_s", "E2E", "intended arrival to last token"),
              ("queue_s", "queue", "intended arrival to admission by the engine"),
              ("dispatch_lag_s", "dispatch lag", "intended arrival to hand-off to the engine"))
-STATS = STAT_KEYS
 THROUGHPUT_KEYS = ("request_throughput_rps", "output_throughput_tps", "total_throughput_tps",
                    "goodput_rps", "slo_attainment", "num_requests", "num_completed",
                    "num_failed", "num_warmup", "duration_s", "input_tokens_total",
@@ -90,10 +89,10 @@ def latency_rows(summary: dict[str, Any]) -> list[dict[str, Any]]:
     rows = []
     for key, name, meaning in LATENCIES:
         stats = summary.get(key)
-        if not isinstance(stats, dict) or all(stats.get(s) is None for s in STATS):
+        if not isinstance(stats, dict) or all(stats.get(s) is None for s in STAT_KEYS):
             continue
         rows.append({"name": name, "meaning": meaning,
-                     "values": [milliseconds(stats.get(s)) for s in STATS]})
+                     "values": [milliseconds(stats.get(s)) for s in STAT_KEYS]})
     return rows
 
 

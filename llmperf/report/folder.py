@@ -80,7 +80,7 @@ def load_run_folder(path: Path) -> RunFolder:
         path=path,
         summary=summary if summary is not None else summary_from_records(records),
         records=records,
-        steps=align_steps(steps, summary or {}, records) if steps else steps,
+        steps=steps,
         telemetry=_read_telemetry(path / "telemetry.csv", notes),
         config_yaml=config_yaml,
         config=_parse_config(config_yaml),
@@ -90,25 +90,6 @@ def load_run_folder(path: Path) -> RunFolder:
         summary_from_records=summary is None,
         notes=notes,
     )
-
-
-def align_steps(steps: list[dict[str, Any]], summary: dict[str, Any],
-                records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Steps with `start_s` in seconds from the run's start, the clock of the records.
-
-    The harness writes them so already; raw StepStat times are perf_counter() values,
-    moved by the run's recorded origin, or else by the first step's start.
-    """
-    first_s = min(s.get("start_s", 0.0) for s in steps)
-    origin_s = summary.get("origin_perf_counter_s")
-    run_end_s = max((r["end_s"] for r in records), default=summary.get("window_end_s"))
-    if origin_s is not None:
-        shift_s = origin_s if first_s >= origin_s else 0.0
-    elif run_end_s is not None and first_s <= run_end_s:
-        shift_s = 0.0
-    else:
-        shift_s = first_s
-    return [{**s, "start_s": s.get("start_s", 0.0) - shift_s} for s in steps]
 
 
 def _read_summary(path: Path, notes: list[str]) -> dict[str, Any] | None:

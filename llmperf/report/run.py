@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from llmperf.metrics import STAT_KEYS
 from llmperf.report import figures
 from llmperf.report.folder import RUN_FILES, RunFolder, load_run_folder
 from llmperf.report.plotting import Plot, clear_plots, render
@@ -67,7 +68,7 @@ def build_run_report(run_dir: Path) -> Path:
         overrides=run.overrides,
         banners=banners(run),
         headline=figures.headline(run.summary),
-        stats=figures.STATS,
+        stats=STAT_KEYS,
         latency_rows=figures.latency_rows(run.summary),
         from_records=run.summary_from_records,
         sections=figures.sections(run.summary),
