@@ -4,6 +4,7 @@ import pytest
 
 from llmperf.report.errors import ReportError
 from llmperf.report.folder import is_sweep_folder, load_run_folder
+from llmperf.report.run import build_run_report
 from tests.test_report_support import write_realistic_run, write_realistic_sweep
 
 
@@ -36,6 +37,18 @@ def test_a_run_killed_before_its_summary_is_read_from_its_records(tmp_path):
     assert run.summary["num_requests"] == len([r for r in run.records if not r["warmup"]])
     assert any("skipped 1 unreadable line" in n for n in run.notes)
     assert any("summary.json is missing" in n for n in run.notes)
+
+
+def test_a_request_line_without_its_times_counts_as_unreadable(tmp_path):
+    folder = write_realistic_run(tmp_path / "run", summary=False)
+    with (folder / "requests.jsonl").open("a") as f:
+        f.write(json.dumps({"id": "req-x", "arrival_s": 1.0, "output_tokens": 0}) + "\n")
+        f.write(json.dumps({"id": "req-y", "arrival_s": 1.0, "dispatch_s": 1.0,
+                            "end_s": "soon"}) + "\n")
+    run = load_run_folder(folder)
+    assert len(run.records) == 63 and run.summary["num_requests"] == 60
+    assert "requests.jsonl: skipped 2 unreadable lines (a write cut short?)" in run.notes
+    assert build_run_report(folder).is_file()
 
 
 def test_corrupt_summary_falls_back_to_records_and_says_so(tmp_path):

@@ -9,6 +9,7 @@ A last line cut in half by a killed process is skipped, and counted.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,7 @@ import yaml
 
 from llmperf.report.errors import ReportError
 from llmperf.report.records import summary_from_records
-from llmperf.run_files import UnreadableFile, read_json
+from llmperf.run_files import UnreadableFile, is_number, read_json
 
 RUN_FILES = ("summary.json", "requests.jsonl", "steps.jsonl", "telemetry.csv", "config.yaml",
              "environment.json")
@@ -69,7 +70,7 @@ def load_run_folder(path: Path) -> RunFolder:
     if not is_run_folder(path):
         raise ReportError(f"{path}: not a run folder (no summary.json or requests.jsonl)")
     notes: list[str] = []
-    records = _read_jsonl(path / "requests.jsonl", notes)
+    records = _read_jsonl(path / "requests.jsonl", notes, keep=_is_request)
     summary = _read_summary(path / "summary.json", notes)
     if summary is None and not records:
         raise ReportError(f"{path}: summary.json is unreadable and requests.jsonl holds no records")
@@ -120,7 +121,16 @@ def read_overrides(path: Path) -> list[str]:
     return [str(item) for item in items] if isinstance(items, list) else []
 
 
-def _read_jsonl(path: Path, notes: list[str]) -> list[dict[str, Any]]:
+def _is_request(row: dict[str, Any]) -> bool:
+    """A request record the figures can use: an id and its times as numbers."""
+    first = row.get("first_token_s")
+    return ("id" in row and all(is_number(row.get(k)) for k in ("arrival_s", "dispatch_s", "end_s"))
+            and (first is None or is_number(first)))
+
+
+def _read_jsonl(path: Path, notes: list[str],
+                keep: Callable[[dict[str, Any]], bool] = lambda row: True) -> list[dict[str, Any]]:
+    """The file's JSON objects; a line that is not one, or that `keep` rejects, is counted."""
     if not path.is_file():
         return []
     rows, bad = [], 0
@@ -131,7 +141,7 @@ def _read_jsonl(path: Path, notes: list[str]) -> list[dict[str, Any]]:
             row = json.loads(line)
         except json.JSONDecodeError:
             row = None
-        if isinstance(row, dict):
+        if isinstance(row, dict) and keep(row):
             rows.append(row)
         else:
             bad += 1
