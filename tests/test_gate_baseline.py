@@ -30,12 +30,32 @@ def _baseline(**changes) -> dict:
      "unknown metric 'tokens_per_s'"),
     ({"metrics": {"ttft_s.p99": {"tolerance": "-5%", "values": [1.0]}}},
      "points the wrong way"),
+    ({"metrics": {"output_throughput_tps": {"tolerance": "-5%", "values": 5}}},
+     "needs a non-empty list of numbers"),
+    ({"metrics": {"output_throughput_tps": {"tolerance": "-5%", "values": [True, 1.0]}}},
+     "needs a non-empty list of numbers"),
+    ({"metrics": {"output_throughput_tps": {"tolerance": "-5%", "values": "100"}}},
+     "needs a non-empty list of numbers"),
+    ({"source": []}, "'source' must be an object"),
 ])
 def test_foreign_or_broken_baselines_are_schema_errors(tmp_path, changes, message):
     path = tmp_path / "b.json"
     path.write_text(json.dumps(_baseline(**changes)))
     with pytest.raises(GateError, match=f"^baseline {path}: .*{message}"):
         Baseline.load(path)
+
+
+@pytest.mark.parametrize("changes", [
+    {"metrics": {"output_throughput_tps": {"tolerance": "-5%", "values": 5}}},
+    {"source": []},
+])
+def test_a_malformed_baseline_is_one_line_and_exit_2(tmp_path, capsys, changes):
+    path = tmp_path / "b.json"
+    path.write_text(json.dumps(_baseline(**changes)))
+    run = write_run(tmp_path / "run", summary())
+    assert main(["--baseline", str(path), "--current", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"llmperf-gate: error: baseline {path}: ") and err.count("\n") == 1
 
 
 def test_baseline_survives_a_save_and_load(tmp_path):

@@ -22,7 +22,12 @@ from llmperf.plan.planner import (
     predict_latency,
 )
 from llmperf.plan.precision import get_precision, weight_bytes_for
-from llmperf.plan.workload import Workload, load_scenario, workload_from_scenario
+from llmperf.plan.workload import (
+    Workload,
+    load_scenario,
+    unknown_workload,
+    workload_from_scenario,
+)
 from llmperf.roofline import body_matmul_params
 
 LLAMA_70B = get_preset("llama-3.1-70b")
@@ -202,6 +207,37 @@ def test_an_open_loop_rate_gives_concurrency_by_littles_law(tmp_path):
     ttft_s = predict_latency(LLAMA_8B, "bf16", load_profile("h200"), 1, 512, 640).ttft_s
     assert b == pytest.approx(20 * (ttft_s + 128 * step_s), rel=1e-6)
     assert 1 < b < p.max_batch
+
+
+def test_a_scenario_name_is_composed_with_its_defaults_and_interpolations():
+    # mixed-offline inherits `arrival: {process: offline}` from offline through Hydra defaults.
+    assert workload_from_scenario(load_scenario("mixed-offline"), "mixed-offline") == {
+        "prompt_tokens": (16 + 512) / 2,
+        "prompt_tokens_max": 512.0,
+        "output_tokens": (8 + 256) / 2,
+        "concurrency": 64.0,
+    }
+    # predict sends engine.max_batch_size requests at once (the reference engine's default 8).
+    assert workload_from_scenario(load_scenario("predict"), "predict")["concurrency"] == 8.0
+
+
+def test_a_uniform_length_means_its_midpoint_whatever_else_it_states(tmp_path):
+    f = write(tmp_path / "u.yaml", "prompt_tokens: {dist: uniform, min: 10, max: 30, value: 99}\n")
+    assert workload_from_scenario(load_scenario(str(f)))["prompt_tokens"] == 20.0
+
+
+def test_a_trace_scenario_states_no_lengths_and_the_plan_says_so(capsys):
+    scenario = load_scenario("trace")
+    assert workload_from_scenario(scenario, "trace") == {}
+    assert set(unknown_workload(scenario, "trace")) == {"prompt_tokens", "output_tokens",
+                                                         "concurrency"}
+    argv = ["model=llama-3.1-8b", "hardware=h200", "scenario=trace", "output_tokens=100"]
+    assert cli.main([*argv, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["context_len"] == 1024 + 100 and out["concurrency"] == 1
+    assert [n.split(":")[0] for n in out["notes"]] == [
+        "scenario trace takes prompt_tokens from its trace file",
+        "scenario trace takes its arrivals from its trace file"]
 
 
 def test_an_unknown_scenario_lists_the_installed_ones():

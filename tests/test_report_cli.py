@@ -43,6 +43,10 @@ def test_several_run_folders_make_one_comparison_page(runs, tmp_path):
                                     " report is written in its own folder"),
     (["{run}", "{sweep}"], "{sweep} is a sweep folder; compare run folders (a sweep's jobs),"
                            " or give the sweep folder alone"),
+    (["{run}", "{other}", "-o", "{run}"], "{run} is a run folder: the comparison would replace"
+                                          " its report and plots; give another --out"),
+    (["{run}", "{other}", "-o", "{sweep}"], "{sweep} is a sweep folder: the comparison would"
+                                            " replace its report and plots; give another --out"),
 ])
 def test_bad_paths_are_one_line_and_exit_2(tmp_path, runs, capsys, args, message):
     (tmp_path / "file.txt").write_text("x")
@@ -50,10 +54,18 @@ def test_bad_paths_are_one_line_and_exit_2(tmp_path, runs, capsys, args, message
     sweep.mkdir()
     (sweep / "multirun.yaml").write_text("hydra: {}\n")
     write_realistic_run(sweep / "job", steps=False, telemetry=False)
-    names = {"tmp": tmp_path, "run": runs[0], "sweep": sweep}
+    names = {"tmp": tmp_path, "run": runs[0], "other": runs[1], "sweep": sweep}
     assert main([a.format(**names) for a in args]) == 2
     err = capsys.readouterr().err
     assert err == f"llmperf-report: error: {message.format(**names)}\n"
+
+
+def test_a_refused_comparison_leaves_the_run_report_and_plots_alone(runs, capsys):
+    assert main([str(runs[0])]) == 0
+    before = {p.name: p.stat().st_mtime_ns for p in runs[0].rglob("*")}
+    assert main([str(runs[0]), str(runs[1]), "-o", str(runs[0])]) == 2
+    assert {p.name: p.stat().st_mtime_ns for p in runs[0].rglob("*")} == before
+    assert "plots" in before and "report.html" in before
 
 
 def test_module_entry_point_exits_2_without_a_traceback(tmp_path):

@@ -3,10 +3,9 @@ import json
 import pytest
 
 from llmperf.report.errors import ReportError
-from llmperf.report.folder import align_steps, is_sweep_folder, load_run_folder
+from llmperf.report.folder import is_sweep_folder, load_run_folder
+from llmperf.report.run import build_run_report
 from tests.test_report_support import write_realistic_run, write_realistic_sweep
-
-RECORDS = [{"arrival_s": 0.0, "end_s": 3.0}]
 
 
 def test_a_full_run_folder_loads_every_file(tmp_path):
@@ -40,6 +39,18 @@ def test_a_run_killed_before_its_summary_is_read_from_its_records(tmp_path):
     assert any("summary.json is missing" in n for n in run.notes)
 
 
+def test_a_request_line_without_its_times_counts_as_unreadable(tmp_path):
+    folder = write_realistic_run(tmp_path / "run", summary=False)
+    with (folder / "requests.jsonl").open("a") as f:
+        f.write(json.dumps({"id": "req-x", "arrival_s": 1.0, "output_tokens": 0}) + "\n")
+        f.write(json.dumps({"id": "req-y", "arrival_s": 1.0, "dispatch_s": 1.0,
+                            "end_s": "soon"}) + "\n")
+    run = load_run_folder(folder)
+    assert len(run.records) == 63 and run.summary["num_requests"] == 60
+    assert "requests.jsonl: skipped 2 unreadable lines (a write cut short?)" in run.notes
+    assert build_run_report(folder).is_file()
+
+
 def test_corrupt_summary_falls_back_to_records_and_says_so(tmp_path):
     folder = write_realistic_run(tmp_path / "run")
     (folder / "summary.json").write_text('{"schema_version": 1, "num_')
@@ -55,17 +66,12 @@ def test_not_a_run_folder_is_one_clear_error(tmp_path):
         load_run_folder(tmp_path)
 
 
-@pytest.mark.parametrize(("starts", "summary", "expected"), [
-    ([0.10, 0.20], {"origin_perf_counter_s": 1234.5}, [0.10, 0.20]),  # already relative
-    ([1234.6, 1234.7], {"origin_perf_counter_s": 1234.5}, [0.1, 0.2]),  # raw perf_counter
-    ([5000.1, 5000.2], {}, [0.0, 0.1]),  # raw, no origin: from the first step
-    ([0.10, 0.20], {}, [0.10, 0.20]),  # relative, within the run's records
-])
-def test_step_times_land_on_the_records_clock(starts, summary, expected):
-    steps = [{"start_s": s, "num_seqs": 1} for s in starts]
-    aligned = align_steps(steps, summary, RECORDS)
-    assert [s["start_s"] for s in aligned] == pytest.approx(expected)
-    assert all(s["num_seqs"] == 1 for s in aligned)
+def test_steps_are_read_on_the_records_clock_as_the_harness_writes_them(tmp_path):
+    folder = write_realistic_run(tmp_path / "run")
+    written = [json.loads(line)["start_s"] for line in (folder / "steps.jsonl").open()]
+    run = load_run_folder(folder)
+    assert [s["start_s"] for s in run.steps] == written
+    assert written[:2] == pytest.approx([0.0, 0.01])
 
 
 def test_sweep_folders_are_told_from_run_folders_and_from_folders_of_other_things(tmp_path):

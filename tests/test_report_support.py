@@ -100,7 +100,7 @@ def summarize(records: list[dict[str, Any]], slo: dict[str, float | None],
 
 
 def steps_of(records: list[dict[str, Any]], kv_block_size: int = 16,
-             num_kv_blocks: int = 600, origin_perf_counter_s: float = 0.0) -> list[dict]:
+             num_kv_blocks: int = 600) -> list[dict]:
     """One decode step per 10 ms with the requests then in flight; a preemption whenever
     the KV blocks they need pass the cache's size."""
     end = max(r["end_s"] for r in records)
@@ -111,7 +111,7 @@ def steps_of(records: list[dict[str, Any]], kv_block_size: int = 16,
         context = sum(r["input_tokens"] + int((t - r["first_token_s"]) / 0.012) for r in live)
         blocks = -(-context // kv_block_size)
         steps.append({
-            "start_s": origin_perf_counter_s + float(t), "duration_s": 0.0095,
+            "start_s": float(t), "duration_s": 0.0095,
             "kind": "mixed" if prefill and live else ("prefill" if prefill else "decode"),
             "num_seqs": len(live) + len(prefill),
             "num_prefill_tokens": sum(r["input_tokens"] for r in prefill[:1]),
@@ -214,7 +214,7 @@ def write_realistic_run(folder: Path, *, interrupted: bool = False, steps: bool 
         (folder / "summary.json").write_text(json.dumps(data, indent=2))
     end_s = max(r["end_s"] for r in records)
     if steps:
-        rows = steps_of(records, origin_perf_counter_s=1234.5)
+        rows = steps_of(records)
         (folder / "steps.jsonl").write_text("".join(json.dumps(s) + "\n" for s in rows))
     if telemetry:
         (folder / "telemetry.csv").write_text(telemetry_csv(end_s))

@@ -9,7 +9,14 @@ import pytest
 from omegaconf import OmegaConf
 
 from llmperf.report.errors import ReportError
-from llmperf.report.sweep import FIGURES, load_sweep, pareto_front, pivots, write_sweep_csv
+from llmperf.report.sweep import (
+    FIGURES,
+    build_sweep_report,
+    load_sweep,
+    pareto_front,
+    pivots,
+    write_sweep_csv,
+)
 from llmperf.sweep_callback import SweepReport
 from tests.test_gate_support import summary, write_sweep
 from tests.test_report_support import write_realistic_sweep
@@ -92,6 +99,27 @@ def test_missing_figures_are_empty_cells(tmp_path):
     assert rows["static"]["goodput_rps"] == ""
 
 
+def test_a_sweep_where_no_job_has_a_tpot_still_builds_its_report(tmp_path):
+    # One output token per request (scenario.output_tokens.value=1): no TPOT in any job.
+    no_tpot = dict.fromkeys(("mean", "median", "p90", "p95", "p99", "std", "min", "max"))
+    jobs = {f"scenario.arrival.rate_rps={r}": summary(output_throughput_tps=100.0 * r,
+                                                      tpot_s=no_tpot) for r in (1, 2, 4)}
+    folder = write_sweep(tmp_path / "sweep", jobs)
+    report = build_sweep_report(folder)
+    sweep = load_sweep(folder)
+    assert sweep.table["tpot_p99_s"].isna().all()
+    assert sweep.table["tpot_p99_s"].dtype == float
+    assert list(sweep.table["output_throughput_tps"]) == [100.0, 200.0, 400.0]
+    assert list(sweep.table["pareto_tpot_p99"]) == [False, False, False]
+    assert (folder / "plots" / "sweep_pareto.png").is_file()
+    assert (folder / "plots" / "sweep_load.png").is_file()
+    assert [p["title"] for p in pivots(sweep)] == ["Output throughput (tok/s)",
+                                                   "Goodput (req/s)", "TTFT p99 (ms)"]
+    rows = list(csv.DictReader((folder / "sweep.csv").open()))
+    assert [r["tpot_p99_s"] for r in rows] == ["", "", ""]
+    assert "TPOT p99 ms" not in report.read_text()
+
+
 def test_callback_writes_csv_and_report_in_the_sweep_folder(tmp_path):
     folder = write_realistic_sweep(tmp_path / "sweep")
     (folder / "engine.batching=chunked,scenario.arrival.rate_rps=4" / ".hydra").mkdir(parents=True)
@@ -99,6 +127,44 @@ def test_callback_writes_csv_and_report_in_the_sweep_folder(tmp_path):
     assert len((folder / "sweep.csv").read_text().splitlines()) == 1 + 4
     html = (folder / "report.html").read_text()
     assert "1 job left no summary.json" in html and "batching=chunked" in html
+
+
+def test_one_unreadable_summary_leaves_the_other_jobs_compared(tmp_path):
+    folder = write_realistic_sweep(tmp_path / "sweep")
+    broken = "engine.batching=static,scenario.arrival.rate_rps=8"
+    (folder / broken / "summary.json").write_text('{"schema_version": 1, "valid": tr')
+    old = "engine.batching=static,scenario.arrival.rate_rps=4"
+    data = json.loads((folder / old / "summary.json").read_text())
+    (folder / old / "summary.json").write_text(json.dumps({**data, "schema_version": 0}))
+    sweep = load_sweep(folder)
+    assert list(sweep.table["engine.batching"]) == ["continuous", "continuous"]
+    assert list(sweep.without_summary) == [old, broken]
+    assert sweep.without_summary[broken].endswith("summary.json: not valid JSON"
+                                                  " (Expecting value at line 1)")
+    assert "schema_version 0" in sweep.without_summary[old]
+    html = build_sweep_report(folder).read_text()
+    assert "2 jobs left no summary.json, or an unreadable one" in html
+    assert "not valid JSON (Expecting value at line 1)" in html
+
+
+def test_a_sweep_without_one_readable_summary_is_an_error_naming_each_job(tmp_path):
+    folder = write_sweep(tmp_path / "sweep", {"a=1": summary(), "a=2": summary()})
+    (folder / "a=1" / "summary.json").write_text("[")
+    (folder / "a=2" / "summary.json").unlink()
+    with pytest.raises(ReportError, match=r"no readable summary.json in the subfolders of .*;"
+                       r" a=1: .*not valid JSON.*; a=2: no summary.json"):
+        load_sweep(folder)
+
+
+def test_callback_with_reports_disabled_writes_the_csv_but_no_page_or_plots(tmp_path):
+    folder = write_realistic_sweep(tmp_path / "sweep")
+    config = OmegaConf.merge(hydra_config(folder), {"report": {"enabled": False}})
+    SweepReport().on_multirun_end(config)
+    rows = list(csv.DictReader((folder / "sweep.csv").open()))
+    assert [r["job"] for r in rows] == list(load_sweep(folder).table["job"])
+    assert {r["engine.batching"] for r in rows} == {"static", "continuous"}
+    assert not (folder / "report.html").exists()
+    assert not (folder / "plots").exists()
 
 
 def test_callback_warns_instead_of_failing_when_no_job_left_a_summary(tmp_path, caplog):

@@ -53,7 +53,7 @@ hydra:
 '''
 
 
-def multirun(tmp_path: Path, *extra: str) -> Path:
+def multirun(tmp_path: Path, *extra: str, announces: str = "sweep report:") -> Path:
     app = tmp_path / "app"
     app.mkdir()
     (app / "app.py").write_text(textwrap.dedent(APP))
@@ -65,7 +65,7 @@ def multirun(tmp_path: Path, *extra: str) -> Path:
          f"hydra.sweep.dir={sweep_dir}", *extra],
         cwd=app, env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
-    assert "sweep report:" in result.stdout + result.stderr
+    assert announces in result.stdout + result.stderr
     return sweep_dir
 
 
@@ -93,3 +93,9 @@ def test_submitit_local_launcher_runs_the_same_sweep_and_report(tmp_path):
     pytest.importorskip("hydra_plugins.hydra_submitit_launcher")
     check_sweep(multirun(tmp_path, "hydra/launcher=submitit_local",
                          "hydra.launcher.timeout_min=5"))
+
+
+def test_a_multirun_with_reports_disabled_writes_sweep_csv_only(tmp_path):
+    sweep_dir = multirun(tmp_path, "+report.enabled=false", announces="sweep figures:")
+    assert len(list(csv.DictReader((sweep_dir / "sweep.csv").open()))) == 4
+    assert not (sweep_dir / "report.html").exists() and not (sweep_dir / "plots").exists()

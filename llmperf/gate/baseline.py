@@ -27,6 +27,7 @@ from typing import Any
 from llmperf.gate.errors import GateError
 from llmperf.gate.metrics import MetricSpec, Tolerance
 from llmperf.gate.runs import Job
+from llmperf.run_files import is_number
 
 BASELINE_KIND = "llmperf-gate-baseline"
 BASELINE_VERSION = 1
@@ -74,11 +75,14 @@ class Baseline:
         for name, m in metrics.items():
             spec = MetricSpec.parse(name)
             values = m.get("values") if isinstance(m, dict) else None
-            if not values or not all(isinstance(v, (int, float)) for v in values):
+            if not isinstance(values, list) or not values or not all(map(is_number, values)):
                 raise GateError(f"metric {name!r} needs a non-empty list of numbers as values")
             entries[name] = BaselineEntry(spec, Tolerance.parse(str(m.get("tolerance", "")), spec),
                                           [float(v) for v in values])
-        return cls(entries, d.get("source", {}), d.get("created", ""))
+        source = d.get("source", {})
+        if not isinstance(source, dict):
+            raise GateError("'source' must be an object (git_commit, runs, scenario, ...)")
+        return cls(entries, source, d.get("created", ""))
 
     @classmethod
     def load(cls, path: Path) -> Baseline:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from statistics import median
 
 from llmperf.gate.errors import GateError
 from llmperf.gate.metrics import HIGHER, MetricSpec, Tolerance
@@ -27,14 +26,6 @@ class MetricResult:
     current: tuple[float, ...]
     change: Change
     verdict: str
-
-    @property
-    def baseline_median(self) -> float:
-        return median(self.baseline)
-
-    @property
-    def current_median(self) -> float:
-        return median(self.current)
 
     @property
     def is_regression(self) -> bool:

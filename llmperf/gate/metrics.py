@@ -22,12 +22,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from llmperf.gate.errors import GateError
+from llmperf.metrics import STAT_KEYS
 
 HIGHER = "higher"
 LOWER = "lower"
 
 LATENCY_KEYS = ("ttft_s", "tpot_s", "itl_s", "e2e_s", "queue_s", "dispatch_lag_s")
-LATENCY_STATS = ("mean", "median", "p90", "p95", "p99", "std", "min", "max")
 
 SUMMARY_DIRECTIONS: dict[str, str] = {
     "request_throughput_rps": HIGHER,
@@ -89,13 +89,13 @@ def direction_of(base: str) -> str:
     if base in STEP_METRICS:
         return STEP_METRICS[base][0]
     key, _, stat = base.partition(".")
-    if key in LATENCY_KEYS and stat in LATENCY_STATS:
+    if key in LATENCY_KEYS and stat in STAT_KEYS:
         return LOWER
     raise GateError(f"unknown metric {base!r}{_did_you_mean(base)}; valid: {valid_names()}")
 
 
 def valid_names() -> str:
-    latencies = f"{{{','.join(LATENCY_KEYS)}}}.{{{','.join(LATENCY_STATS)}}}"
+    latencies = f"{{{','.join(LATENCY_KEYS)}}}.{{{','.join(STAT_KEYS)}}}"
     steps = ", ".join(STEP_METRICS)
     return (f"{', '.join(SUMMARY_DIRECTIONS)}, {latencies}, {steps}"
             " (add @key=value to pick a sweep job, @A/B for a ratio of two jobs)")
@@ -103,7 +103,7 @@ def valid_names() -> str:
 
 def _did_you_mean(base: str) -> str:
     names = [*SUMMARY_DIRECTIONS, *STEP_METRICS,
-             *(f"{k}.{s}" for k in LATENCY_KEYS for s in LATENCY_STATS)]
+             *(f"{k}.{s}" for k in LATENCY_KEYS for s in STAT_KEYS)]
     close = difflib.get_close_matches(base, names, n=1)
     return f" (did you mean {close[0]!r}?)" if close else ""
 

@@ -17,8 +17,10 @@ import yaml
 
 from llmperf.gate.errors import GateError
 from llmperf.gate.metrics import STEP_METRICS, MetricSpec, Selector
+from llmperf.run_files import UnreadableFile, is_number, lookup, read_json
 
 SCHEMA_VERSION = 1
+_MISSING = object()
 
 
 @dataclass
@@ -43,14 +45,7 @@ class Job:
         return all(_same_value(self._lookup(key), value) for key, value in selector)
 
     def _lookup(self, key: str) -> Any:
-        if key in self.overrides:
-            return self.overrides[key]
-        node: Any = self.summary
-        for part in key.split("."):
-            if not isinstance(node, dict) or part not in node:
-                return None
-            node = node[part]
-        return node
+        return self.overrides[key] if key in self.overrides else lookup(self.summary, key)
 
 
 def load_jobs(path: Path) -> list[Job]:
@@ -58,27 +53,24 @@ def load_jobs(path: Path) -> list[Job]:
     if not path.is_dir():
         raise GateError(f"run folder not found: {path}")
     if (path / "summary.json").is_file():
-        return [_load_job(path)]
-    jobs = [_load_job(p) for p in sorted(path.iterdir()) if (p / "summary.json").is_file()]
+        return [load_job(path)]
+    jobs = [load_job(p) for p in sorted(path.iterdir()) if (p / "summary.json").is_file()]
     if not jobs:
         raise GateError(f"no summary.json in {path} or its subfolders: not a run or sweep folder")
     return jobs
 
 
-def _load_job(path: Path) -> Job:
-    summary = _read_json(path / "summary.json")
+def load_job(path: Path) -> Job:
+    """One run folder's job; GateError if its summary.json or overrides cannot be read."""
+    try:
+        summary = read_json(path / "summary.json")
+    except UnreadableFile as e:
+        raise GateError(str(e)) from None
     version = summary.get("schema_version") if isinstance(summary, dict) else None
     if version != SCHEMA_VERSION:
         raise GateError(f"{path / 'summary.json'}: schema_version {version!r},"
                         f" this gate reads {SCHEMA_VERSION}")
     return Job(path, summary, _read_overrides(path))
-
-
-def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
-        raise GateError(f"{path}: not valid JSON ({e.msg} at line {e.lineno})") from None
 
 
 def _read_overrides(path: Path) -> dict[str, str]:
@@ -155,12 +147,10 @@ def job_value(job: Job, base: str) -> float:
             return STEP_METRICS[base][1](steps)
         except KeyError as e:
             raise GateError(f"{job.path / 'steps.jsonl'}: a step lacks {e.args[0]!r}") from None
-    node: Any = job.summary
-    for part in base.split("."):
-        if not isinstance(node, dict) or part not in node:
-            raise GateError(f"{job.path / 'summary.json'} has no {base!r} (schema mismatch?)")
-        node = node[part]
-    if isinstance(node, bool) or not isinstance(node, (int, float)):
+    node = lookup(job.summary, base, default=_MISSING)
+    if node is _MISSING:
+        raise GateError(f"{job.path / 'summary.json'} has no {base!r} (schema mismatch?)")
+    if not is_number(node):
         raise GateError(f"{job.path / 'summary.json'}: {base} is {node!r}, not a number")
     return float(node)
 

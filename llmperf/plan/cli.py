@@ -19,10 +19,16 @@ from rich.table import Table
 
 from engines.reference.config import ModelConfig
 from engines.reference.presets import get_preset, preset_names
+from llmperf.errors import UsageError as ConfigUsageError
 from llmperf.hardware.registry import resolve_profile
 from llmperf.plan.planner import Plan, plan
 from llmperf.plan.precision import PRECISIONS
-from llmperf.plan.workload import Workload, load_scenario, workload_from_scenario
+from llmperf.plan.workload import (
+    Workload,
+    load_scenario,
+    unknown_workload,
+    workload_from_scenario,
+)
 
 USAGE = """\
 usage: llmperf-plan model=NAME|PATH hardware=NAME [precision=bf16] [scenario=NAME|FILE.yaml]
@@ -79,14 +85,18 @@ def build_plan(args: dict[str, Any]) -> Plan:
     overrides = {"usd_per_hour": args["usd_per_hour"]} if "usd_per_hour" in args else {}
     profile = resolve_profile({"name": args["hardware"], **overrides})
     fields: dict[str, Any] = {}
+    unknown: dict[str, str] = {}
     if "scenario" in args:
-        fields.update(workload_from_scenario(load_scenario(args["scenario"]), args["scenario"]))
-        fields["source"] = f"scenario {args['scenario']}"
+        scenario = load_scenario(args["scenario"])
+        fields.update(workload_from_scenario(scenario, args["scenario"]))
+        unknown = unknown_workload(scenario, args["scenario"])
     explicit = {
         k: float(args[k])
         for k in ("prompt_tokens", "output_tokens", "context_len", "concurrency", "rate_rps")
         if k in args
     }
+    if "rate_rps" in explicit:
+        unknown.pop("concurrency", None)
     if "concurrency" in explicit:
         fields.pop("rate_rps", None)
     if "rate_rps" in explicit:
@@ -94,7 +104,9 @@ def build_plan(args: dict[str, Any]) -> Plan:
     if "prompt_tokens" in explicit:
         fields.pop("prompt_tokens_max", None)
     fields.update(explicit)
-    return plan(model, precision, profile, Workload(**fields), tp=args.get("tp"))
+    result = plan(model, precision, profile, Workload(**fields), tp=args.get("tp"))
+    result.notes.extend(note for key, note in unknown.items() if key not in explicit)
+    return result
 
 
 def load_model(spec: str) -> ModelConfig:
@@ -171,7 +183,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args, as_json = parse_args(argv)
         result = build_plan(args)
-    except (ValueError, OSError, yaml.YAMLError) as err:
+    except (ValueError, OSError, yaml.YAMLError, ConfigUsageError) as err:
         print(f"llmperf-plan: error: {err}", file=sys.stderr)
         return 2
     if as_json:

@@ -1,14 +1,16 @@
 """The load a plan is sized for: prompt and output lengths and how many sequences run at once.
 
-Read from a scenario YAML (`scenarios/scenario/<name>.yaml`, or a file path)
-and/or given explicitly; explicit values win. Of a length distribution the
-planner uses the mean (its `mean`, else `value`, else the midpoint of
-`min`..`max`) and the largest prompt (`max`, else the mean).
+Read from a scenario (a name in `scenarios/scenario/`, composed as `llmperf scenario=NAME`
+would compose it, so its defaults and interpolations count; or a YAML file, read as it is)
+and/or given explicitly; explicit values win. Of a length distribution the planner uses
+the mean its kind implies (`fixed`: value; `uniform`: the midpoint of min..max; `normal`,
+`lognormal`: mean) and the largest prompt (`max`, else the mean). Lengths drawn from a
+dataset or a trace file are unknown here; `unknown_workload` says which.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -29,7 +31,6 @@ class Workload:
     )
     concurrency: float | None = None  # sequences at once; None: derived from rate_rps, else 1
     rate_rps: float | None = None  # open-loop arrival rate
-    source: str = "default"
 
     def __post_init__(self) -> None:
         for name in (
@@ -60,20 +61,35 @@ def load_scenario(name_or_path: str) -> dict[str, Any]:
     """A scenario's fields as a dict (the `scenario:` block when the file nests one)."""
     path = Path(name_or_path)
     if path.suffix in (".yaml", ".yml") and path.is_file():
-        text = path.read_text()
-    elif name_or_path in scenario_names():
-        text = (resources.files("scenarios") / "scenario" / f"{name_or_path}.yaml").read_text()
-    else:
-        valid = ", ".join(scenario_names()) or "none installed; give a .yaml path"
-        raise ValueError(f"unknown scenario {name_or_path!r}; valid: {valid}")
-    data = yaml.safe_load(text) or {}
-    if isinstance(data.get("scenario"), dict):
-        data = data["scenario"]
-    return data
+        data = yaml.safe_load(path.read_text()) or {}
+        if isinstance(data.get("scenario"), dict):
+            data = data["scenario"]
+        return data
+    if name_or_path in scenario_names():
+        return compose_scenario(name_or_path)
+    valid = ", ".join(scenario_names()) or "none installed; give a .yaml path"
+    raise ValueError(f"unknown scenario {name_or_path!r}; valid: {valid}")
+
+
+def compose_scenario(name: str) -> dict[str, Any]:
+    """The scenario block of `llmperf scenario=NAME`, with the default engine and model."""
+    from hydra import initialize_config_module
+
+    from llmperf.cli import CONFIG_MODULE, compose_config
+    from llmperf.config import register_configs
+
+    register_configs()
+    with initialize_config_module(config_module=CONFIG_MODULE, version_base="1.3"):
+        config = compose_config([f"scenario={name}"])
+    return asdict(config.scenario)
 
 
 def workload_from_scenario(scenario: dict[str, Any], name: str = "scenario") -> dict[str, float]:
-    """The Workload fields a scenario states (lengths, concurrency or rate)."""
+    """The Workload fields a scenario states (lengths, concurrency or rate). A trace's
+    lengths and arrivals are in its file: none of the fields come from the scenario then."""
+    arrival = scenario.get("arrival") or {}
+    if arrival.get("process") == "trace":
+        return {}
     fields: dict[str, float] = {}
     for key in ("prompt_tokens", "output_tokens"):
         dist = scenario.get(key)
@@ -83,7 +99,6 @@ def workload_from_scenario(scenario: dict[str, Any], name: str = "scenario") -> 
                 fields[key] = mean
             if key == "prompt_tokens" and _num(dist.get("max"), f"{name}.{key}.max") is not None:
                 fields["prompt_tokens_max"] = _num(dist["max"], f"{name}.{key}.max")
-    arrival = scenario.get("arrival") or {}
     concurrency = _num(arrival.get("concurrency"), f"{name}.arrival.concurrency")
     rate = _num(arrival.get("rate_rps"), f"{name}.arrival.rate_rps")
     if arrival.get("process") == "offline":
@@ -96,14 +111,35 @@ def workload_from_scenario(scenario: dict[str, Any], name: str = "scenario") -> 
 
 
 def _dist_mean(dist: dict[str, Any], label: str) -> float | None:
-    for key in ("mean", "value"):
-        value = _num(dist.get(key), f"{label}.{key}")
-        if value is not None:
-            return value
-    low, high = _num(dist.get("min"), f"{label}.min"), _num(dist.get("max"), f"{label}.max")
-    if low is not None and high is not None:
-        return (low + high) / 2
-    return high
+    """The mean length of a distribution (None for `dataset`: the texts decide)."""
+    kind = dist.get("dist", "fixed")
+    if kind == "fixed":
+        return _num(dist.get("value"), f"{label}.value")
+    if kind == "uniform":
+        low = _num(dist.get("min", 1), f"{label}.min")
+        high = _num(dist.get("max"), f"{label}.max")
+        return None if low is None or high is None else (low + high) / 2
+    if kind in ("normal", "lognormal"):
+        return _num(dist.get("mean"), f"{label}.mean")
+    return None
+
+
+def unknown_workload(scenario: dict[str, Any], name: str = "scenario") -> dict[str, str]:
+    """What the scenario leaves to its dataset or trace file, so the plan cannot read it:
+    field (prompt_tokens, output_tokens, concurrency) -> a note saying what was assumed."""
+    from_trace = (scenario.get("arrival") or {}).get("process") == "trace"
+    unknown = {}
+    for key, default in (("prompt_tokens", DEFAULT_PROMPT_TOKENS),
+                         ("output_tokens", DEFAULT_OUTPUT_TOKENS)):
+        dist = scenario.get(key)
+        if from_trace or (isinstance(dist, dict) and dist.get("dist") == "dataset"):
+            unknown[key] = (f"scenario {name} takes {key} from its"
+                            f" {'trace' if from_trace else 'dataset'} file: planned with"
+                            f" {default}; give {key}=N")
+    if from_trace:
+        unknown["concurrency"] = (f"scenario {name} takes its arrivals from its trace file:"
+                                  " planned at concurrency 1; give concurrency=N or rate_rps=R")
+    return unknown
 
 
 def _num(value: Any, label: str) -> float | None:

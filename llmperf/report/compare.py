@@ -8,12 +8,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import yaml
 from matplotlib.figure import Figure
 
 from llmperf.report import figures
 from llmperf.report import records as rec
-from llmperf.report.folder import RunFolder, load_run_folder
+from llmperf.report.errors import ReportError
+from llmperf.report.folder import RunFolder, is_run_folder, is_sweep_folder, load_run_folder
 from llmperf.report.plotting import (
     NoData,
     clear_plots,
@@ -27,6 +27,7 @@ from llmperf.report.plotting import (
 from llmperf.report.render import write_page
 from llmperf.report.run import REPORT_FILE, banners, run_heading
 from llmperf.report.units import MISSING, format_value, milliseconds, significant
+from llmperf.run_files import is_number, lookup
 
 # (summary path, row title, higher is better; None: not ranked)
 ROWS = (
@@ -75,10 +76,10 @@ def figure_rows(runs: list[RunFolder]) -> list[dict[str, Any]]:
     they differ."""
     out = []
     for key, title, higher in ROWS:
-        values = [figures.get(r.summary, key) for r in runs]
-        if not any(_is_number(v) for v in values):
+        values = [lookup(r.summary, key) for r in runs]
+        if not any(is_number(v) for v in values):
             continue
-        ranked = [v for v, r in zip(values, runs, strict=True) if _is_number(v) and _trusted(r)]
+        ranked = [v for v, r in zip(values, runs, strict=True) if is_number(v) and _trusted(r)]
         best = None
         if higher is not None and len(set(ranked)) > 1:
             best = max(ranked) if higher else min(ranked)
@@ -88,19 +89,9 @@ def figure_rows(runs: list[RunFolder]) -> list[dict[str, Any]]:
     return out
 
 
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
 def config_differences(runs: list[RunFolder]) -> list[dict[str, Any]]:
     """The resolved config keys whose values are not the same in every run."""
-    flat = []
-    for run in runs:
-        try:
-            data = yaml.safe_load(run.config_yaml) if run.config_yaml else {}
-        except yaml.YAMLError:
-            data = {}
-        flat.append({row.key: row.value for row in figures.flatten(data or {})})
+    flat = [{row.key: row.value for row in figures.flatten(run.config)} for run in runs]
     keys = list(dict.fromkeys(k for f in flat for k in f))
     return [{"key": k, "values": [f.get(k, MISSING) for f in flat]} for k in keys
             if len({f.get(k, MISSING) for f in flat}) > 1]
@@ -132,7 +123,7 @@ def headline_bars(runs: list[RunFolder], names: list[str]) -> Figure:
     positions = np.arange(len(runs))
     for ax, (key, title, ylabel, scale) in zip(axes, panels, strict=True):
         titled(ax, title, "", ylabel)
-        values = [(figures.get(r.summary, key) or 0) * scale for r in runs]
+        values = [(lookup(r.summary, key) or 0) * scale for r in runs]
         bars = ax.bar(positions, values, color=[color(i) for i in range(len(runs))])
         ax.bar_label(bars, labels=[significant(v) for v in values], fontsize=8, padding=2)
         ax.set_xticks(positions, [str(i + 1) for i in positions])
@@ -142,8 +133,12 @@ def headline_bars(runs: list[RunFolder], names: list[str]) -> Figure:
 
 def build_comparison_report(run_dirs: list[Path], out_dir: Path) -> Path:
     """Write out_dir/report.html comparing the runs; returns its path."""
-    runs = [load_run_folder(Path(d)) for d in run_dirs]
     out_dir = Path(out_dir)
+    for kind, holds in (("run", is_run_folder), ("sweep", is_sweep_folder)):
+        if holds(out_dir):
+            raise ReportError(f"{out_dir} is a {kind} folder: the comparison would replace its"
+                              " report and plots; give another --out")
+    runs = [load_run_folder(Path(d)) for d in run_dirs]
     out_dir.mkdir(parents=True, exist_ok=True)
     clear_plots(out_dir)
     names = labels(runs)

@@ -10,6 +10,7 @@ from typing import Any
 
 from llmperf.metrics import STAT_KEYS
 from llmperf.report.units import MISSING, duration, format_value, milliseconds
+from llmperf.run_files import lookup, number
 
 LATENCIES = (("ttft_s", "TTFT", "time to first token, from intended arrival"),
              ("tpot_s", "TPOT", "time per output token after the first"),
@@ -17,7 +18,6 @@ LATENCIES = (("ttft_s", "TTFT", "time to first token, from intended arrival"),
              ("e2e_s", "E2E", "intended arrival to last token"),
              ("queue_s", "queue", "intended arrival to admission by the engine"),
              ("dispatch_lag_s", "dispatch lag", "intended arrival to hand-off to the engine"))
-STATS = STAT_KEYS
 THROUGHPUT_KEYS = ("request_throughput_rps", "output_throughput_tps", "total_throughput_tps",
                    "goodput_rps", "slo_attainment", "num_requests", "num_completed",
                    "num_failed", "num_warmup", "duration_s", "input_tokens_total",
@@ -41,25 +41,10 @@ class Row:
     value: str
 
 
-def get(summary: dict[str, Any], path: str) -> Any:
-    """summary["a"]["b"] for "a.b"; None where any part is missing."""
-    node: Any = summary
-    for part in path.split("."):
-        if not isinstance(node, dict):
-            return None
-        node = node.get(part)
-    return node
-
-
-def _number(summary: dict[str, Any], path: str) -> float | None:
-    value = get(summary, path)
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
-
-
 def headline(summary: dict[str, Any]) -> list[Tile]:
     """The figures a reader wants first, as tiles."""
     def n(path: str) -> float | None:
-        return _number(summary, path)
+        return number(summary, path)
 
     fmt = format_value
     tiles = [
@@ -104,10 +89,10 @@ def latency_rows(summary: dict[str, Any]) -> list[dict[str, Any]]:
     rows = []
     for key, name, meaning in LATENCIES:
         stats = summary.get(key)
-        if not isinstance(stats, dict) or all(stats.get(s) is None for s in STATS):
+        if not isinstance(stats, dict) or all(stats.get(s) is None for s in STAT_KEYS):
             continue
         rows.append({"name": name, "meaning": meaning,
-                     "values": [milliseconds(stats.get(s)) for s in STATS]})
+                     "values": [milliseconds(stats.get(s)) for s in STAT_KEYS]})
     return rows
 
 
@@ -143,10 +128,10 @@ def failed_checks(summary: dict[str, Any]) -> list[str]:
 def run_title(summary: dict[str, Any], fallback: str) -> str:
     """'chat · reference (continuous) · tiny · cpu' from the summary's objects."""
     engine = summary.get("engine") if isinstance(summary.get("engine"), dict) else {}
-    batching = get(engine, "config.batching") or engine.get("batching")
-    parts = [get(summary, "scenario.name"),
+    batching = lookup(engine, "config.batching") or engine.get("batching")
+    parts = [lookup(summary, "scenario.name"),
              f"{engine.get('name')} ({batching})" if batching else engine.get("name"),
-             get(summary, "model.name"), get(summary, "hardware.name")]
+             lookup(summary, "model.name"), lookup(summary, "hardware.name")]
     names = [str(p) for p in parts if p]
     return " · ".join(names) or fallback
 

@@ -9,6 +9,7 @@ A last line cut in half by a killed process is skipped, and counted.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ import yaml
 
 from llmperf.report.errors import ReportError
 from llmperf.report.records import summary_from_records
+from llmperf.run_files import UnreadableFile, is_number, read_json
 
 RUN_FILES = ("summary.json", "requests.jsonl", "steps.jsonl", "telemetry.csv", "config.yaml",
              "environment.json")
@@ -31,8 +33,10 @@ class RunFolder:
     steps: list[dict[str, Any]] | None
     telemetry: pd.DataFrame | None
     config_yaml: str | None
+    config: dict[str, Any]  # config.yaml parsed; {} when missing or unreadable
     environment: dict[str, Any] | None
     overrides: list[str]
+    missing_files: list[str]  # of RUN_FILES
     summary_from_records: bool = False  # no summary.json: figures computed from requests.jsonl
     notes: list[str] = field(default_factory=list)  # what was missing or unreadable
 
@@ -43,10 +47,6 @@ class RunFolder:
     @property
     def label(self) -> str:
         return " ".join(self.overrides) or self.path.name
-
-    @property
-    def missing_files(self) -> list[str]:
-        return [name for name in RUN_FILES if not (self.path / name).is_file()]
 
 
 def is_run_folder(path: Path) -> bool:
@@ -70,43 +70,27 @@ def load_run_folder(path: Path) -> RunFolder:
     if not is_run_folder(path):
         raise ReportError(f"{path}: not a run folder (no summary.json or requests.jsonl)")
     notes: list[str] = []
-    records = _read_jsonl(path / "requests.jsonl", notes)
+    records = _read_jsonl(path / "requests.jsonl", notes, keep=_is_request)
     summary = _read_summary(path / "summary.json", notes)
     if summary is None and not records:
         raise ReportError(f"{path}: summary.json is unreadable and requests.jsonl holds no records")
     steps_file = path / "steps.jsonl"
     steps = _read_jsonl(steps_file, notes) if steps_file.is_file() else None
+    config_yaml = _read_text(path / "config.yaml")
     return RunFolder(
         path=path,
         summary=summary if summary is not None else summary_from_records(records),
         records=records,
-        steps=align_steps(steps, summary or {}, records) if steps else steps,
+        steps=steps,
         telemetry=_read_telemetry(path / "telemetry.csv", notes),
-        config_yaml=_read_text(path / "config.yaml"),
+        config_yaml=config_yaml,
+        config=_parse_config(config_yaml),
         environment=_read_environment(path / "environment.json", notes),
         overrides=read_overrides(path),
+        missing_files=[name for name in RUN_FILES if not (path / name).is_file()],
         summary_from_records=summary is None,
         notes=notes,
     )
-
-
-def align_steps(steps: list[dict[str, Any]], summary: dict[str, Any],
-                records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Steps with `start_s` in seconds from the run's start, the clock of the records.
-
-    The harness writes them so already; raw StepStat times are perf_counter() values,
-    moved by the run's recorded origin, or else by the first step's start.
-    """
-    first_s = min(s.get("start_s", 0.0) for s in steps)
-    origin_s = summary.get("origin_perf_counter_s")
-    run_end_s = max((r["end_s"] for r in records), default=summary.get("window_end_s"))
-    if origin_s is not None:
-        shift_s = origin_s if first_s >= origin_s else 0.0
-    elif run_end_s is not None and first_s <= run_end_s:
-        shift_s = 0.0
-    else:
-        shift_s = first_s
-    return [{**s, "start_s": s.get("start_s", 0.0) - shift_s} for s in steps]
 
 
 def _read_summary(path: Path, notes: list[str]) -> dict[str, Any] | None:
@@ -116,20 +100,13 @@ def _read_summary(path: Path, notes: list[str]) -> dict[str, Any] | None:
         return None
     try:
         summary = read_json(path)
-    except ReportError as e:
+    except UnreadableFile as e:
         notes.append(f"{e}: figures computed from requests.jsonl")
         return None
     if not isinstance(summary, dict):
         notes.append(f"{path}: not a JSON object: figures computed from requests.jsonl")
         return None
     return summary
-
-
-def read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
-        raise ReportError(f"{path}: not valid JSON ({e.msg} at line {e.lineno})") from None
 
 
 def read_overrides(path: Path) -> list[str]:
@@ -144,7 +121,16 @@ def read_overrides(path: Path) -> list[str]:
     return [str(item) for item in items] if isinstance(items, list) else []
 
 
-def _read_jsonl(path: Path, notes: list[str]) -> list[dict[str, Any]]:
+def _is_request(row: dict[str, Any]) -> bool:
+    """A request record the figures can use: an id and its times as numbers."""
+    first = row.get("first_token_s")
+    return ("id" in row and all(is_number(row.get(k)) for k in ("arrival_s", "dispatch_s", "end_s"))
+            and (first is None or is_number(first)))
+
+
+def _read_jsonl(path: Path, notes: list[str],
+                keep: Callable[[dict[str, Any]], bool] = lambda row: True) -> list[dict[str, Any]]:
+    """The file's JSON objects; a line that is not one, or that `keep` rejects, is counted."""
     if not path.is_file():
         return []
     rows, bad = [], 0
@@ -155,7 +141,7 @@ def _read_jsonl(path: Path, notes: list[str]) -> list[dict[str, Any]]:
             row = json.loads(line)
         except json.JSONDecodeError:
             row = None
-        if isinstance(row, dict):
+        if isinstance(row, dict) and keep(row):
             rows.append(row)
         else:
             bad += 1
@@ -184,12 +170,20 @@ def _read_text(path: Path) -> str | None:
     return path.read_text(encoding="utf-8", errors="replace") if path.is_file() else None
 
 
+def _parse_config(text: str | None) -> dict[str, Any]:
+    try:
+        config = yaml.safe_load(text) if text else None
+    except yaml.YAMLError:
+        return {}
+    return config if isinstance(config, dict) else {}
+
+
 def _read_environment(path: Path, notes: list[str]) -> dict[str, Any] | None:
     if not path.is_file():
         return None
     try:
         env = read_json(path)
-    except ReportError as e:
+    except UnreadableFile as e:
         notes.append(str(e))
         return None
     return env if isinstance(env, dict) else None

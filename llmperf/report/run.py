@@ -5,8 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
-
+from llmperf.metrics import STAT_KEYS
 from llmperf.report import figures
 from llmperf.report.folder import RUN_FILES, RunFolder, load_run_folder
 from llmperf.report.plotting import Plot, clear_plots, render
@@ -48,12 +47,7 @@ def banners(run: RunFolder) -> list[Banner]:
 def run_heading(run: RunFolder) -> str:
     """What ran, from the summary's objects, else from the resolved config (a run that died
     before its summary), else the folder's name."""
-    try:
-        config = yaml.safe_load(run.config_yaml) if run.config_yaml else None
-    except yaml.YAMLError:
-        config = None
-    facts = {**config, **run.summary} if isinstance(config, dict) else run.summary
-    return figures.run_title(facts, run.path.name)
+    return figures.run_title({**run.config, **run.summary}, run.path.name)
 
 
 def run_plots(run: RunFolder, folder: Path) -> list[Plot]:
@@ -74,7 +68,7 @@ def build_run_report(run_dir: Path) -> Path:
         overrides=run.overrides,
         banners=banners(run),
         headline=figures.headline(run.summary),
-        stats=figures.STATS,
+        stats=STAT_KEYS,
         latency_rows=figures.latency_rows(run.summary),
         from_records=run.summary_from_records,
         sections=figures.sections(run.summary),

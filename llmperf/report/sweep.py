@@ -1,7 +1,8 @@
 """A sweep (a Hydra multirun folder): sweep.csv with a row per job, and the comparison page.
 
-Jobs are found by the gate's reader (llmperf.gate.runs.load_jobs): each subfolder with
-a summary.json, its overrides from .hydra/overrides.yaml. The overrides that vary across
+Jobs are read by the gate's reader (llmperf.gate.runs.load_job): each subfolder with
+a summary.json, its overrides from .hydra/overrides.yaml; one that cannot be read is
+listed with the reason, and the others are compared. The overrides that vary across
 jobs organise the comparison: a numeric one (a rate, a concurrency) is the x axis, the
 others (a batching strategy, an engine) make the groups that are drawn as one line each.
 """
@@ -16,14 +17,14 @@ from typing import Any
 import pandas as pd
 
 from llmperf.gate.errors import GateError
-from llmperf.gate.runs import Job, load_jobs
-from llmperf.report import figures
+from llmperf.gate.runs import Job, load_job
 from llmperf.report.errors import ReportError
 from llmperf.report.folder import is_sweep_folder
 from llmperf.report.plotting import Plot, clear_plots, render
 from llmperf.report.render import write_page
 from llmperf.report.run import REPORT_FILE
 from llmperf.report.units import MISSING, is_fraction, milliseconds, significant
+from llmperf.run_files import is_number, lookup
 
 SWEEP_CSV = "sweep.csv"
 # sweep.csv's figure columns: column name -> where in summary.json.
@@ -62,6 +63,7 @@ FIGURES = {
     "prediction_error_decode_step": "prediction_error_decode_step",
     "prediction_error_tpot": "prediction_error_tpot",
 }
+FLAGS = ("valid", "interrupted")  # yes/no columns; every other figure is a number
 PREDICTION_COLUMNS = ("ttft_median_s", "predicted_ttft_s", "prediction_error_ttft",
                       "measured_decode_step_s", "predicted_decode_step_s",
                       "prediction_error_decode_step", "prediction_error_tpot")
@@ -78,7 +80,9 @@ class Sweep:
     override_keys: list[str]
     x_key: str | None  # the numeric override that varies, for x axes
     group_keys: list[str]  # the other overrides that vary: one line per combination
-    without_summary: list[str] = field(default_factory=list)  # job folders that did not finish
+    # job folder -> why it is not compared (no summary.json: it failed or was cut short)
+    without_summary: dict[str, str] = field(default_factory=dict)
+    groups: list[str] = field(default_factory=list)  # each row's group_label, in table order
 
     @property
     def varying(self) -> list[str]:
@@ -87,32 +91,52 @@ class Sweep:
 
 def load_sweep(path: Path) -> Sweep:
     path = Path(path)
-    try:
-        jobs = load_jobs(path)
-    except GateError as e:
-        raise ReportError(str(e)) from None
-    if len(jobs) == 1 and jobs[0].path == path:
+    if not path.is_dir():
+        raise ReportError(f"{path}: no such folder")
+    if (path / "summary.json").is_file():
         raise ReportError(f"{path} is a run folder, not a sweep folder")
+    jobs, without_summary = _load_jobs(path)
+    if not jobs:
+        raise ReportError(f"no readable summary.json in the subfolders of {path}"
+                          + "".join(f"; {job}: {why}" for job, why in without_summary.items()))
     keys = list(dict.fromkeys(k for job in jobs for k in job.overrides))
     table = pd.DataFrame([_row(job, path, keys) for job in jobs])
     varying = [k for k in keys if table[k].nunique(dropna=False) > 1]
     x_key = _pick_x(table, varying)
-    sweep = Sweep(path, table, keys, x_key, [k for k in varying if k != x_key],
-                  [p.name for p in sorted(path.iterdir())
-                   if (p / ".hydra").is_dir() and not (p / "summary.json").is_file()])
+    sweep = Sweep(path, table, keys, x_key, [k for k in varying if k != x_key], without_summary)
     sweep.table = _sorted(sweep)
+    sweep.groups = sweep.table.pop("_group").tolist()
     for column, latency in FRONTIERS.items():
         sweep.table[column] = pareto_front(sweep.table["output_throughput_tps"].tolist(),
                                            sweep.table[latency].tolist())
     return sweep
 
 
+def _load_jobs(path: Path) -> tuple[list[Job], dict[str, str]]:
+    """The jobs that left a readable summary.json, and why each other job folder did not."""
+    jobs, without_summary = [], {}
+    for folder in sorted(path.iterdir()):
+        if (folder / "summary.json").is_file():
+            try:
+                jobs.append(load_job(folder))
+            except GateError as e:
+                without_summary[folder.name] = str(e)
+        elif (folder / ".hydra").is_dir():
+            without_summary[folder.name] = "no summary.json (the job failed or was cut short)"
+    return jobs, without_summary
+
+
 def _row(job: Job, sweep_dir: Path, keys: list[str]) -> dict[str, Any]:
     row: dict[str, Any] = {"job": str(job.path.relative_to(sweep_dir))}
     row.update({k: job.overrides.get(k) for k in keys})
     for column, path in FIGURES.items():
-        value = figures.get(job.summary, path)
-        row[column] = value if isinstance(value, (int, float)) else None
+        value = lookup(job.summary, path)
+        if column in FLAGS:
+            row[column] = value if isinstance(value, (int, float)) else None
+        else:
+            # NaN, not None, where a figure is missing: the column stays numeric (a run with
+            # one output token has no TPOT, and every job of such a sweep lacks it).
+            row[column] = value if is_number(value) else math.nan
     return row
 
 
@@ -129,6 +153,7 @@ def _pick_x(table: pd.DataFrame, varying: list[str]) -> str | None:
 
 
 def _sorted(sweep: Sweep) -> pd.DataFrame:
+    """The table by group, then by x; a `_group` column holds each row's group label."""
     table = sweep.table.copy()
     table["_group"] = [group_label(sweep, row) for _, row in table.iterrows()]
     order = ["_group"]
@@ -136,7 +161,7 @@ def _sorted(sweep: Sweep) -> pd.DataFrame:
         table["_x"] = numeric(table[sweep.x_key])
         order.append("_x")
     table = table.sort_values(order, kind="stable").reset_index(drop=True)
-    return table.drop(columns=[c for c in ("_group", "_x") if c in table])
+    return table.drop(columns="_x", errors="ignore")
 
 
 def short_key(key: str) -> str:
@@ -254,7 +279,7 @@ def pivots(sweep: Sweep) -> list[dict[str, Any]]:
     the best group at each x in bold."""
     if not sweep.x_key:
         return []
-    groups = [group_label(sweep, r) for _, r in sweep.table.iterrows()]
+    groups = sweep.groups
     xs_of_jobs = numeric(sweep.table[sweep.x_key]).tolist()
     xs = sorted(set(xs_of_jobs))
     out = []
@@ -272,17 +297,23 @@ def pivots(sweep: Sweep) -> list[dict[str, Any]]:
     return out
 
 
-def build_sweep_report(sweep_dir: Path) -> Path:
-    """Write sweep_dir/sweep.csv and sweep_dir/report.html; returns the report's path."""
-    from llmperf.report.sweep_plots import SWEEP_PLOTS
-
+def open_sweep(sweep_dir: Path) -> Sweep:
+    """The sweep in a folder that must be one (load_sweep reads any folder of job folders)."""
     sweep_dir = Path(sweep_dir)
     if not sweep_dir.is_dir():
         raise ReportError(f"{sweep_dir}: no such folder")
     if not is_sweep_folder(sweep_dir):
         raise ReportError(f"{sweep_dir}: not a sweep folder (no multirun.yaml, and fewer than"
                           " two run subfolders)")
-    sweep = load_sweep(sweep_dir)
+    return load_sweep(sweep_dir)
+
+
+def build_sweep_report(sweep_dir: Path) -> Path:
+    """Write sweep_dir/sweep.csv and sweep_dir/report.html; returns the report's path."""
+    from llmperf.report.sweep_plots import SWEEP_PLOTS
+
+    sweep = open_sweep(sweep_dir)
+    sweep_dir = sweep.path
     csv = write_sweep_csv(sweep)
     clear_plots(sweep_dir)
     plots: list[Plot] = [render(sweep_dir, name, title, lambda make=make: make(sweep))

@@ -10,7 +10,14 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
 from llmperf.report.plotting import MUTED, NoData, color, legend, new_figure, titled
-from llmperf.report.sweep import Sweep, group_label, job_label, numeric, pareto_front, short_key
+from llmperf.report.sweep import (
+    FRONTIERS,
+    Sweep,
+    job_label,
+    numeric,
+    pareto_front,
+    short_key,
+)
 
 # Units of common sweep keys, by the end of the key's last part.
 KEY_UNITS = (("_rps", "req/s"), ("_tps", "tok/s"), ("_ms", "ms"), ("_s", "s"),
@@ -28,7 +35,7 @@ def key_label(key: str) -> str:
 
 
 def _groups(sweep: Sweep) -> list[tuple[str, pd.DataFrame]]:
-    table = sweep.table.assign(_group=[group_label(sweep, r) for _, r in sweep.table.iterrows()])
+    table = sweep.table.assign(_group=sweep.groups)
     if sweep.x_key:
         table["_x"] = numeric(table[sweep.x_key])
     return [(g, part) for g, part in table.groupby("_group", sort=False)]
@@ -80,6 +87,10 @@ def load_curves(sweep: Sweep) -> Figure:
 def _frontier_panel(ax: Axes, sweep: Sweep, latency: str, title: str) -> None:
     titled(ax, title, "output throughput (tok/s)", f"{title.split()[0]} (ms)")
     for i, (group, part) in enumerate(_groups(sweep)):
+        # Jobs lacking either figure (no TPOT when every request made one token) are not drawn.
+        part = part.dropna(subset=["output_throughput_tps", latency])
+        if part.empty:
+            continue
         ax.plot(part["output_throughput_tps"], part[latency] * 1e3, marker="o", ms=6,
                 color=color(i), lw=1.2, ls="-" if sweep.x_key else "none", label=group)
         if sweep.x_key:
@@ -88,7 +99,14 @@ def _frontier_panel(ax: Axes, sweep: Sweep, latency: str, title: str) -> None:
                             row[latency] * 1e3), textcoords="offset points", xytext=(4, 4),
                             fontsize=7.5, color=color(i))
     table = sweep.table
-    front = table[pareto_front(table["output_throughput_tps"].tolist(), table[latency].tolist())]
+    if table[latency].isna().all():
+        ax.text(0.5, 0.5, f"no job recorded {title}", transform=ax.transAxes, ha="center",
+                va="center", color=MUTED)
+        return
+    stored = {lat: column for column, lat in FRONTIERS.items()}  # load_sweep's p99 fronts
+    on_front = (table[stored[latency]] if latency in stored else
+                pareto_front(table["output_throughput_tps"].tolist(), table[latency].tolist()))
+    front = table[on_front]
     front = front.sort_values("output_throughput_tps")
     if len(front):
         ax.plot(front["output_throughput_tps"], front[latency] * 1e3, color=FRONTIER_COLOR,
@@ -118,7 +136,7 @@ def cost(sweep: Sweep) -> Figure:
         raise NoData("no job's summary has usd_per_1m_tokens (set usd_per_hour in the"
                      " hardware profile to price a run)")
     labels = [job_label(sweep, row) for _, row in table.iterrows()]
-    groups = [group_label(sweep, row) for _, row in table.iterrows()]
+    groups = sweep.groups
     palette = {g: color(i) for i, g in enumerate(dict.fromkeys(groups))}
     fig, (ax,) = new_figure("Cost per 1M tokens per configuration",
                             height_in=1.6 + 0.35 * len(table))
