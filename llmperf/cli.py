@@ -29,9 +29,9 @@ from omegaconf.errors import (
     ValidationError,
 )
 
-from llmperf.config import Config, load_config, register_configs
 from llmperf.errors import UsageError
-from llmperf.runner import run_benchmark
+from llmperf.run.config import Config, load_config, register_configs
+from llmperf.run.runner import run_benchmark
 from llmperf.workload.requests import check_inputs
 
 CONFIG_MODULE = "scenarios"

@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 from hydra import compose, initialize_config_module
 
-from llmperf.config import Config, load_config, register_configs
+from llmperf.run.config import Config, load_config, register_configs
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator, Callable
 
 from engines.base import Request, StepStat, TokenEvent
 from engines.synthetic import ByteTokenizer, SyntheticEngine
-from llmperf.records import RequestRecord
+from llmperf.measure.records import RequestRecord
 
 # Engines the end-to-end tests run every scenario preset against, with the overrides
 # that make each one quick.

@@ -5,7 +5,12 @@ from __future__ import annotations
 import pytest
 
 from engines.base import StepStat
-from llmperf.cost import COST_KEYS, cost_summary, input_share_from_steps, input_share_from_tokens
+from llmperf.perf.cost import (
+    COST_KEYS,
+    cost_summary,
+    input_share_from_steps,
+    input_share_from_tokens,
+)
 
 
 def step(prefill: int, decode: int, duration: float) -> StepStat:

@@ -10,8 +10,8 @@ from pathlib import Path
 from hydra import compose, initialize_config_module
 from rich.console import Console
 
-from llmperf.config import load_config, register_configs
-from llmperf.runner import run_benchmark
+from llmperf.run.config import load_config, register_configs
+from llmperf.run.runner import run_benchmark
 
 ROOT = Path(__file__).resolve().parents[1]
 

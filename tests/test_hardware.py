@@ -189,7 +189,7 @@ def test_a_gpu_datasheet_profile_is_not_probed_on_a_machine_without_it(fake_prob
 def test_importing_the_modules_probes_nothing_and_writes_no_cache(tmp_path):
     code = (
         "import llmperf.hardware.registry, llmperf.hardware.probe, llmperf.hardware.detect,"
-        " llmperf.roofline, llmperf.cost, llmperf.plan.cli"
+        " llmperf.perf.roofline, llmperf.perf.cost, llmperf.perf.cli"
     )
     env = {**os.environ, "LLMPERF_CACHE_DIR": str(tmp_path)}
     subprocess.run([sys.executable, "-c", code], check=True, env=env, cwd=Path(__file__).parents[1])

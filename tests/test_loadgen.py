@@ -10,9 +10,9 @@ import pytest
 
 from engines.base import Request
 from engines.synthetic import SyntheticEngine
-from llmperf.config import ArrivalConfig, LengthConfig, ScenarioConfig, SloConfig
-from llmperf.loadgen import LoadGenerator
-from llmperf.metrics import compute_metrics
+from llmperf.measure.loadgen import LoadGenerator
+from llmperf.measure.metrics import compute_metrics
+from llmperf.run.config import ArrivalConfig, LengthConfig, ScenarioConfig, SloConfig
 from llmperf.workload.requests import Workload
 from tests.fakes import ScriptedEngine
 

@@ -6,9 +6,9 @@ import math
 
 import pytest
 
-from llmperf.config import SloConfig, ValidityConfig
-from llmperf.metrics import compute_metrics, distribution
-from llmperf.validity import check_validity
+from llmperf.measure.metrics import compute_metrics, distribution
+from llmperf.measure.validity import check_validity
+from llmperf.run.config import SloConfig, ValidityConfig
 from tests.fakes import record
 
 

@@ -13,22 +13,22 @@ import pytest
 from engines.reference.presets import get_preset
 from llmperf.hardware.profile import HardwareProfile
 from llmperf.hardware.registry import load_profile
-from llmperf.plan import cli
-from llmperf.plan.planner import (
+from llmperf.perf import cli
+from llmperf.perf.planner import (
     KV_OVERHEAD_FRACTION,
     RUNTIME_RESERVE_FRACTION,
     batch_sizes,
     plan,
     predict_latency,
 )
-from llmperf.plan.precision import get_precision, weight_bytes_for
-from llmperf.plan.workload import (
+from llmperf.perf.precision import get_precision, weight_bytes_for
+from llmperf.perf.roofline import body_matmul_params
+from llmperf.perf.traffic import (
     Workload,
     load_scenario,
     unknown_workload,
     workload_from_scenario,
 )
-from llmperf.roofline import body_matmul_params
 
 LLAMA_70B = get_preset("llama-3.1-70b")
 LLAMA_8B = get_preset("llama-3.1-8b")
@@ -318,7 +318,7 @@ def test_cli_bad_arguments_print_one_line_and_exit_2(argv, message, capsys):
 def test_cli_module_exits_2_without_a_traceback():
     root = Path(__file__).parents[1]
     proc = subprocess.run(
-        [sys.executable, "-m", "llmperf.plan", "model=tiny", "hardware=nope"],
+        [sys.executable, "-m", "llmperf.perf", "model=tiny", "hardware=nope"],
         capture_output=True,
         text=True,
         cwd=root,

@@ -7,7 +7,7 @@ import pytest
 from engines.base import StepStat
 from engines.reference.presets import get_preset
 from llmperf.hardware.profile import HardwareProfile
-from llmperf.prediction import prediction_summary
+from llmperf.perf.prediction import prediction_summary
 
 
 def step(kind, seqs, prefill, decode, context, seconds):

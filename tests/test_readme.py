@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from llmperf.config import ENGINE_CONFIGS
+from llmperf.run.config import ENGINE_CONFIGS
 
 README = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
 

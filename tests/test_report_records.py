@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from llmperf.metrics import STAT_KEYS, distribution
+from llmperf.measure.metrics import STAT_KEYS, distribution
 from llmperf.report import records as rec
 
 

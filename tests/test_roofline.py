@@ -8,8 +8,8 @@ import pytest
 
 from engines.base import StepStat
 from engines.reference.presets import get_preset
-from llmperf import roofline
 from llmperf.hardware.profile import HardwareProfile
+from llmperf.perf import roofline
 
 TINY = get_preset("tiny")  # h=256, i=768, 4 layers, 8 heads, 2 KV heads, head_dim 32, vocab 512
 # Hand-computed from the shape: per layer q,k,v,o = 256*(256+64+64) + 256*256 and MLP 3*256*768.

@@ -15,14 +15,14 @@ from engines.base import StepStat
 from engines.reference.config import ModelConfig
 from engines.reference.presets import get_preset
 from llmperf.hardware.profile import HardwareProfile
-from llmperf.loadgen import LoadResult
-from llmperf.runner import STAGES, Run, add_hardware_figures, drive_load, run_benchmark
+from llmperf.measure.loadgen import LoadResult
+from llmperf.run.runner import STAGES, Run, add_hardware_figures, drive_load, run_benchmark
 
 
 def compose_config(overrides):
     from hydra import compose, initialize_config_module
 
-    from llmperf.config import load_config, register_configs
+    from llmperf.run.config import load_config, register_configs
 
     register_configs()
     with initialize_config_module(config_module="scenarios", version_base="1.3"):

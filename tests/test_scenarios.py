@@ -12,8 +12,8 @@ from rich.console import Console
 
 import scenarios
 from engines.registry import ENGINES
-from llmperf.config import SyntheticEngineConfig
-from llmperf.runner import run_benchmark
+from llmperf.run.config import SyntheticEngineConfig
+from llmperf.run.runner import run_benchmark
 from llmperf.workload.datasets import load_sharegpt
 from llmperf.workload.trace import load_trace
 from tests.fakes import E2E_ENGINES, ENGINE_OVERRIDES

@@ -17,7 +17,7 @@ from llmperf.report.sweep import (
     pivots,
     write_sweep_csv,
 )
-from llmperf.sweep_callback import SweepReport
+from llmperf.run.sweep_callback import SweepReport
 from tests.test_gate_support import summary, write_sweep
 from tests.test_report_support import write_realistic_sweep
 
@@ -169,7 +169,7 @@ def test_callback_with_reports_disabled_writes_the_csv_but_no_page_or_plots(tmp_
 
 def test_callback_warns_instead_of_failing_when_no_job_left_a_summary(tmp_path, caplog):
     (tmp_path / "sweep" / "a=1" / ".hydra").mkdir(parents=True)
-    with caplog.at_level(logging.WARNING, logger="llmperf.sweep_callback"):
+    with caplog.at_level(logging.WARNING, logger="llmperf.run.sweep_callback"):
         SweepReport().on_multirun_end(hydra_config(tmp_path / "sweep"))
     assert "no sweep report" in caplog.text
     assert not (tmp_path / "sweep" / "report.html").exists()
@@ -183,7 +183,7 @@ def test_a_run_folder_is_not_a_sweep(tmp_path):
 
 
 def test_importing_the_callback_loads_no_plotting_library():
-    code = ("import sys, llmperf.sweep_callback; "
+    code = ("import sys, llmperf.run.sweep_callback; "
             "print(sorted(m for m in ('matplotlib', 'pandas', 'jinja2') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

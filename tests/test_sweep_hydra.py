@@ -49,7 +49,7 @@ hydra:
     subdir: ${hydra.job.override_dirname}
   callbacks:
     sweep_report:
-      _target_: llmperf.sweep_callback.SweepReport
+      _target_: llmperf.run.sweep_callback.SweepReport
 '''
 
 

@@ -9,9 +9,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from llmperf.config import TelemetryConfig
 from llmperf.errors import ConfigError, UsageError
-from llmperf.runner import telemetry_collected
+from llmperf.run.config import TelemetryConfig
+from llmperf.run.runner import telemetry_collected
 from llmperf.telemetry import Collector, SamplerUnavailable
 from llmperf.telemetry.sources import SAMPLERS
 

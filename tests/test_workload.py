@@ -10,8 +10,8 @@ import pytest
 from scipy import stats
 
 from engines.synthetic import ByteTokenizer
-from llmperf.config import ArrivalConfig, LengthConfig, ScenarioConfig
 from llmperf.errors import ConfigError, DataError
+from llmperf.run.config import ArrivalConfig, LengthConfig, ScenarioConfig
 from llmperf.workload.arrivals import ARRIVALS
 from llmperf.workload.datasets import load_sharegpt
 from llmperf.workload.lengths import sample_length

@@ -27,7 +27,7 @@ from typing import Any
 from llmperf.gate.errors import GateError
 from llmperf.gate.metrics import MetricSpec, Tolerance
 from llmperf.gate.runs import Job
-from llmperf.run_files import is_number
+from llmperf.measure.run_files import is_number
 
 BASELINE_KIND = "llmperf-gate-baseline"
 BASELINE_VERSION = 1

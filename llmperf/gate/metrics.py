@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from llmperf.gate.errors import GateError
-from llmperf.metrics import STAT_KEYS
+from llmperf.measure.metrics import STAT_KEYS
 
 HIGHER = "higher"
 LOWER = "lower"

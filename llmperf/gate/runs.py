@@ -17,7 +17,7 @@ import yaml
 
 from llmperf.gate.errors import GateError
 from llmperf.gate.metrics import STEP_METRICS, MetricSpec, Selector
-from llmperf.run_files import UnreadableFile, is_number, lookup, read_json
+from llmperf.measure.run_files import UnreadableFile, is_number, lookup, read_json
 
 SCHEMA_VERSION = 1
 _MISSING = object()

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 from matplotlib.figure import Figure
 
+from llmperf.measure.run_files import is_number, lookup
 from llmperf.report import figures
 from llmperf.report import records as rec
 from llmperf.report.errors import ReportError
@@ -27,7 +28,6 @@ from llmperf.report.plotting import (
 from llmperf.report.render import write_page
 from llmperf.report.run import REPORT_FILE, banners, run_heading
 from llmperf.report.units import MISSING, format_value, milliseconds, significant
-from llmperf.run_files import is_number, lookup
 
 # (summary path, row title, higher is better; None: not ranked)
 ROWS = (

@@ -8,9 +8,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from llmperf.metrics import STAT_KEYS
+from llmperf.measure.metrics import STAT_KEYS
+from llmperf.measure.run_files import lookup, number
 from llmperf.report.units import MISSING, duration, format_value, milliseconds
-from llmperf.run_files import lookup, number
 
 LATENCIES = (("ttft_s", "TTFT", "time to first token, from intended arrival"),
              ("tpot_s", "TPOT", "time per output token after the first"),

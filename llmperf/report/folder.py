@@ -17,9 +17,9 @@ from typing import Any
 import pandas as pd
 import yaml
 
+from llmperf.measure.run_files import UnreadableFile, is_number, read_json
 from llmperf.report.errors import ReportError
 from llmperf.report.records import summary_from_records
-from llmperf.run_files import UnreadableFile, is_number, read_json
 
 RUN_FILES = ("summary.json", "requests.jsonl", "steps.jsonl", "telemetry.csv", "config.yaml",
              "environment.json")

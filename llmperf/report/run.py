@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from llmperf.metrics import STAT_KEYS
+from llmperf.measure.metrics import STAT_KEYS
 from llmperf.report import figures
 from llmperf.report.folder import RUN_FILES, RunFolder, load_run_folder
 from llmperf.report.plotting import Plot, clear_plots, render

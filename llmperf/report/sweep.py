@@ -18,13 +18,13 @@ import pandas as pd
 
 from llmperf.gate.errors import GateError
 from llmperf.gate.runs import Job, load_job
+from llmperf.measure.run_files import is_number, lookup
 from llmperf.report.errors import ReportError
 from llmperf.report.folder import is_sweep_folder
 from llmperf.report.plotting import Plot, clear_plots, render
 from llmperf.report.render import write_page
 from llmperf.report.run import REPORT_FILE
 from llmperf.report.units import MISSING, is_fraction, milliseconds, significant
-from llmperf.run_files import is_number, lookup
 
 SWEEP_CSV = "sweep.csv"
 # sweep.csv's figure columns: column name -> where in summary.json.
@@ -54,7 +54,7 @@ FIGURES = {
     "usd_per_1m_tokens": "usd_per_1m_tokens",
     "usd_per_1m_output_tokens": "usd_per_1m_output_tokens",
     "energy_per_output_token_j": "energy_per_output_token_j",
-    # the roofline's prediction beside the measurement (llmperf/prediction.py)
+    # the roofline's prediction beside the measurement (llmperf/perf/prediction.py)
     "ttft_median_s": "ttft_s.median",
     "predicted_ttft_s": "predicted_ttft_s",
     "prediction_error_ttft": "prediction_error_ttft",

@@ -19,8 +19,8 @@ import yaml
 from hydra import initialize_config_module
 
 from llmperf.cli import CONFIG_MODULE, check_command_line, compose_config
-from llmperf.config import register_configs
 from llmperf.errors import UsageError
+from llmperf.run.config import register_configs
 from llmperf.serve.server import (
     DEFAULT_HOST,
     DEFAULT_PORT,

@@ -24,7 +24,7 @@ def _format(value: float | None) -> str:
 class Collector:
     """Samples telemetry every `interval_s` seconds between `start()` and `stop()`.
 
-    The arguments are llmperf.config.TelemetryConfig's. A collector serves one run
+    The arguments are llmperf.run.config.TelemetryConfig's. A collector serves one run
     at a time; starting it again starts a fresh set of samples.
     """
 

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 if TYPE_CHECKING:
-    from llmperf.config import ArrivalConfig
+    from llmperf.run.config import ArrivalConfig
     from llmperf.workload.trace import TraceRow
 
 

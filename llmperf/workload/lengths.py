@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 if TYPE_CHECKING:
-    from llmperf.config import LengthConfig
+    from llmperf.run.config import LengthConfig
 
 
 def fixed_length(cfg: LengthConfig, rng: np.random.Generator) -> float:

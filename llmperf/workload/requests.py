@@ -13,8 +13,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from engines.base import Request, SamplingParams, Tokenizer
-from llmperf.config import LengthConfig, ScenarioConfig
 from llmperf.errors import DataError
+from llmperf.run.config import LengthConfig, ScenarioConfig
 from llmperf.workload.arrivals import ARRIVALS
 from llmperf.workload.datasets import Conversation, load_sharegpt, resolve_path
 from llmperf.workload.lengths import clip_length, sample_length

@@ -93,7 +93,7 @@ class SloConfig:
 
 @dataclass
 class ValidityConfig:
-    """What a run must reach for its figures to count (see llmperf/validity.py)."""
+    """What a run must reach for its figures to count (see llmperf/measure/validity.py)."""
 
     min_duration_s: float = 5.0
     min_completed: int = 20

@@ -9,7 +9,7 @@ Memory model (per device, weights and KV cache sharded evenly over tp devices):
 - devices_needed = ceil((weights + KV x (1 + overhead)) / usable), with KV for
   `concurrency` sequences of `context_len` positions each.
 
-Time model (llmperf.roofline): a step takes max(bytes / (tp x bandwidth),
+Time model (llmperf.perf.roofline): a step takes max(bytes / (tp x bandwidth),
 FLOPs / (tp x FLOP/s)) plus, for tp > 1, two ring all-reduces of the hidden
 states per layer over the interconnect (bandwidth term only, not overlapped;
 per-collective latency is not modelled). Decode steps are timed at the full
@@ -24,15 +24,15 @@ from typing import Any
 
 from engines.reference.config import ModelConfig
 from llmperf.hardware.profile import HardwareProfile
-from llmperf.plan.precision import get_precision, weight_bytes_for
-from llmperf.plan.workload import Workload
-from llmperf.roofline import (
+from llmperf.perf.precision import get_precision, weight_bytes_for
+from llmperf.perf.roofline import (
     ModelWork,
     StepWork,
     decode_work,
     lower_bound,
     prefill_work,
 )
+from llmperf.perf.traffic import Workload
 
 RUNTIME_RESERVE_FRACTION = 0.10
 KV_OVERHEAD_FRACTION = 0.10

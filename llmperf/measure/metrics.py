@@ -19,8 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from llmperf.config import SloConfig
-from llmperf.records import RequestRecord
+from llmperf.measure.records import RequestRecord
+from llmperf.run.config import SloConfig
 
 STAT_KEYS = ("mean", "median", "p90", "p95", "p99", "std", "min", "max")
 

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from engines.base import Engine, Request
-from llmperf.records import RequestRecord
+from llmperf.measure.records import RequestRecord
 
 
 @dataclass

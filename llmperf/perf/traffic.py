@@ -76,7 +76,7 @@ def compose_scenario(name: str) -> dict[str, Any]:
     from hydra import initialize_config_module
 
     from llmperf.cli import CONFIG_MODULE, compose_config
-    from llmperf.config import register_configs
+    from llmperf.run.config import register_configs
 
     register_configs()
     with initialize_config_module(config_module=CONFIG_MODULE, version_base="1.3"):

@@ -37,20 +37,20 @@ from engines.base import Engine, StepStat
 from engines.reference.config import ModelConfig
 from engines.registry import build_engine
 from engines.synthetic import ByteTokenizer
-from llmperf.config import Config
-from llmperf.console import LoadProgress, print_summary
-from llmperf.cost import cost_summary
-from llmperf.environment import collect_environment
 from llmperf.errors import UsageError
 from llmperf.hardware.profile import HardwareProfile
 from llmperf.hardware.registry import resolve_profile
-from llmperf.loadgen import LoadGenerator, LoadResult
-from llmperf.metrics import compute_metrics
-from llmperf.prediction import prediction_summary
-from llmperf.records import RecordWriter, RequestRecord
-from llmperf.roofline import estimate_summary, roofline_summary
+from llmperf.measure.loadgen import LoadGenerator, LoadResult
+from llmperf.measure.metrics import compute_metrics
+from llmperf.measure.records import RecordWriter, RequestRecord
+from llmperf.measure.validity import check_validity
+from llmperf.perf.cost import cost_summary
+from llmperf.perf.prediction import prediction_summary
+from llmperf.perf.roofline import estimate_summary, roofline_summary
+from llmperf.run.config import Config
+from llmperf.run.console import LoadProgress, print_summary
+from llmperf.run.environment import collect_environment
 from llmperf.telemetry import Collector, SamplerUnavailable
-from llmperf.validity import check_validity
 from llmperf.workload.requests import Workload
 
 SCHEMA_VERSION = 1

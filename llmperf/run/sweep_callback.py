@@ -5,7 +5,7 @@ Wired in scenarios/config.yaml:
     hydra:
       callbacks:
         sweep_report:
-          _target_: llmperf.sweep_callback.SweepReport
+          _target_: llmperf.run.sweep_callback.SweepReport
 
 Hydra builds callbacks when every command starts, so this module imports nothing heavy;
 the report code (pandas, matplotlib) loads only when a multirun ends.

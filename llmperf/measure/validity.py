@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from llmperf.config import ValidityConfig
+from llmperf.run.config import ValidityConfig
 
 
 @dataclass

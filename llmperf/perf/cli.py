@@ -21,9 +21,9 @@ from engines.reference.config import ModelConfig
 from engines.reference.presets import get_preset, preset_names
 from llmperf.errors import UsageError as ConfigUsageError
 from llmperf.hardware.registry import resolve_profile
-from llmperf.plan.planner import Plan, plan
-from llmperf.plan.precision import PRECISIONS
-from llmperf.plan.workload import (
+from llmperf.perf.planner import Plan, plan
+from llmperf.perf.precision import PRECISIONS
+from llmperf.perf.traffic import (
     Workload,
     load_scenario,
     unknown_workload,

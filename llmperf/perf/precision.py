@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from engines.reference.config import ModelConfig
-from llmperf.roofline import body_matmul_params
+from llmperf.perf.roofline import body_matmul_params
 
 SCALE_BYTES = 4  # one fp32 scale per output channel of a quantized linear
 

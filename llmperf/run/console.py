@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from llmperf.records import RequestRecord
+from llmperf.measure.records import RequestRecord
 
 
 class LoadProgress:

@@ -1,0 +1,5 @@
+import sys
+
+from llmperf.perf.cli import main
+
+sys.exit(main())

@@ -1,1 +1,0 @@
-"""Capacity planning: devices, batch sizes, latency and cost from a model's shape and a hardware profile."""

@@ -1,5 +1,0 @@
-import sys
-
-from llmperf.plan.cli import main
-
-sys.exit(main())
