@@ -56,7 +56,9 @@ def optimize_cpu_layout(model: nn.Module) -> None:
     Quantized layers are left alone (they have kernels of their own). Call it
     last, after loading, sharding and quantizing: packed weights are opaque.
     """
-    embedding = getattr(getattr(model, "model", None), "embed_tokens", None)
+    # The token table's own nn.Embedding (under tensor parallelism it sits inside the
+    # vocab-parallel wrapper).
+    embedding = next((m for m in model.modules() if type(m) is nn.Embedding), None)
     tied_table = getattr(embedding, "weight", None)
     head_packed = False
     for parent in list(model.modules()):

@@ -33,7 +33,7 @@ from engines.reference.sampling import sample
 from engines.reference.scheduler import SchedulerOptions, build_scheduler
 from engines.reference.sequence import SeqStatus, Sequence
 from engines.reference.tokenizer import load_tokenizer
-from engines.reference.tp import (
+from engines.reference.tp_group import (
     broadcast_step,
     free_port,
     init_group,

@@ -6,21 +6,16 @@ down_proj by input columns (row-parallel: partial sums, all-reduced), the
 embedding and LM head by vocabulary rows. The KV cache of a rank holds its own
 KV heads only.
 
-Rank 0 is the engine's own process: it schedules, and before each forward it
-broadcasts the step's inputs (plain lists) to the other ranks, which run the
-same forward in lockstep and take part in the all-reduces.
+The ranks' processes and their process group live in
+engines/reference/tp_group.py.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import os
-import socket
-from typing import Any
 
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 from torch import nn
 
 from engines.reference.config import ModelConfig
@@ -57,17 +52,22 @@ class RowParallelLinear(nn.Module):
 
 
 class VocabParallelEmbedding(nn.Module):
-    """Rows [start, end) of the table: ids outside it look up zeros, an all-reduce fills them."""
+    """Rows [start, end) of the table: ids outside it look up zeros, an all-reduce fills them.
+
+    The rows are an `nn.Embedding` of their own, so quantizing the model swaps
+    them for a quantized table as it does the embedding of one rank.
+    """
 
     def __init__(self, weight: torch.Tensor, start: int):
         super().__init__()
-        self.weight = nn.Parameter(weight, requires_grad=False)
+        self.table = nn.Embedding(*weight.shape, device=weight.device, dtype=weight.dtype)
+        self.table.weight = nn.Parameter(weight, requires_grad=False)
         self.start = start
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         local = ids - self.start
-        outside = (local < 0) | (local >= self.weight.shape[0])
-        out = F.embedding(local.masked_fill(outside, 0), self.weight)
+        outside = (local < 0) | (local >= self.table.num_embeddings)
+        out = self.table(local.masked_fill(outside, 0))
         out = out.masked_fill(outside[:, None], 0.0)
         dist.all_reduce(out)
         return out
@@ -123,7 +123,7 @@ def shard_model(model: LlamaForCausalLM, rank: int, world: int) -> None:
         table = _rows(model.model.embed_tokens.weight, [span])
         model.model.embed_tokens = VocabParallelEmbedding(table, span[0])
         head = nn.Linear(cfg.hidden_size, v, bias=False, device=table.device, dtype=table.dtype)
-        head.weight = model.model.embed_tokens.weight if tied else nn.Parameter(_rows(model.lm_head.weight, [span]), requires_grad=False)
+        head.weight = model.model.embed_tokens.table.weight if tied else nn.Parameter(_rows(model.lm_head.weight, [span]), requires_grad=False)
         model.lm_head = VocabParallelHead(head, world)
 
 
@@ -138,68 +138,3 @@ def _row_parallel(linear: nn.Linear, start: int, end: int) -> RowParallelLinear:
     inner = nn.Linear(end - start, linear.out_features, bias=False, device=linear.weight.device, dtype=linear.weight.dtype)
     inner.weight = nn.Parameter(linear.weight[:, start:end].contiguous(), requires_grad=False)
     return RowParallelLinear(inner, None if linear.bias is None else linear.bias.detach().clone())
-
-
-# -- process group -------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def init_group(rank: int, world: int, port: int, device: torch.device) -> None:
-    backend = "nccl" if device.type == "cuda" else "gloo"
-    if device.type == "cuda":
-        torch.cuda.set_device(device)
-    dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
-
-
-def rank_device(device: str, rank: int) -> torch.device:
-    d = torch.device(device)
-    return torch.device("cuda", rank) if d.type == "cuda" else d
-
-
-def threads_per_rank(world: int) -> int:
-    return max(1, (os.cpu_count() or 1) // world)
-
-
-def broadcast_step(inputs: Any) -> None:
-    dist.broadcast_object_list([inputs], src=0)
-
-
-def spawn_workers(world: int, port: int, spec: dict[str, Any]) -> list:
-    ctx = torch.multiprocessing.get_context("spawn")
-    procs = []
-    for rank in range(1, world):
-        p = ctx.Process(target=worker_main, args=(rank, world, port, spec), daemon=True, name=f"tp-rank-{rank}")
-        p.start()
-        procs.append(p)
-    return procs
-
-
-def worker_main(rank: int, world: int, port: int, spec: dict[str, Any]) -> None:
-    """A non-scheduling rank: build this rank's slice, then run every broadcast step."""
-    from engines.reference.build import build_rank_model
-    from engines.reference.kv_cache.base import allocate_storage
-    from engines.reference.model_runner import ModelRunner
-
-    device = rank_device(spec["device"], rank)
-    if device.type == "cpu":
-        torch.set_num_threads(threads_per_rank(world))
-    init_group(rank, world, port, device)
-    try:
-        built = build_rank_model(spec, rank, world, device)
-        dist.all_gather_object([None] * world, built.weight_bytes)
-        storage = allocate_storage(built.local_config, spec["num_kv_blocks"], spec["kv_block_size"], built.compute_dtype, device)
-        kv_layers = [(storage[i, 0], storage[i, 1]) for i in range(built.config.num_hidden_layers)]
-        runner = ModelRunner(built.model, kv_layers, spec["kv_block_size"], built.backend, device)
-        while True:
-            box = [None]
-            dist.broadcast_object_list(box, src=0)
-            if box[0] is None:
-                return
-            runner.execute(box[0])
-    finally:
-        dist.destroy_process_group()

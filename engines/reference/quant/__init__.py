@@ -33,10 +33,11 @@ def quantize_modules(
 ) -> None:
     """Replace every `nn.Linear` and `nn.Embedding` of `model` by quantized layers.
 
-    Token tables, the embedding and the LM head (the Linear named `lm_head` or
-    sharing an embedding's weight), take `table_cls` (default `linear_cls`); the
-    other Linears `linear_cls`. A tied LM head becomes the very table the
-    embedding reads, so the weight is quantized and stored once.
+    Token tables, the embedding and the LM head (the Linear named `lm_head`, or
+    inside a module so named as under tensor parallelism, or sharing an
+    embedding's weight), take `table_cls` (default `linear_cls`); the other
+    Linears `linear_cls`. A tied LM head becomes the very table the embedding
+    reads, so the weight is quantized and stored once.
     """
     table_cls = table_cls or linear_cls
     embedding_weights = {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
@@ -49,12 +50,15 @@ def quantize_modules(
             raise ValueError("a Linear sharing its weight with another layer has its own bias")
         return quantized[id(weight)]
 
-    for parent in list(model.modules()):
+    for parent_name, parent in list(model.named_modules()):
         for name, child in list(parent.named_children()):
+            qualified = f"{parent_name}.{name}" if parent_name else name
             if isinstance(child, nn.Embedding):
                 setattr(parent, name, QuantizedEmbedding(quantize(table_cls, child.weight)))
             elif isinstance(child, nn.Linear):
-                is_table = name == "lm_head" or id(child.weight) in embedding_weights
+                is_table = (
+                    qualified.split(".")[0] == "lm_head" or id(child.weight) in embedding_weights
+                )
                 cls = table_cls if is_table else linear_cls
                 setattr(parent, name, quantize(cls, child.weight, child.bias))
 
