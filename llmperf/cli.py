@@ -7,14 +7,12 @@ not Hydra's multi-line report and exit code 1.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
-import re
 import sys
 from pathlib import Path
 
 import hydra
-from hydra import compose, initialize_config_module
+from hydra import initialize_config_module
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra._internal.utils import get_args_parser
 from hydra.core.global_hydra import GlobalHydra
@@ -22,20 +20,13 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException, OverrideParseException
 from omegaconf import DictConfig
-from omegaconf.errors import (
-    ConfigAttributeError,
-    ConfigKeyError,
-    OmegaConfBaseException,
-    ValidationError,
-)
 
 from llmperf.errors import UsageError
-from llmperf.run.config import Config, load_config, register_configs
+from llmperf.run.compose import CONFIG_MODULE, CONFIG_NAME, compose_config
+from llmperf.run.config import load_config, register_configs
 from llmperf.run.runner import run_benchmark
 from llmperf.workload.requests import check_inputs
 
-CONFIG_MODULE = "scenarios"
-CONFIG_NAME = "config"
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
 
@@ -108,14 +99,6 @@ def check_command_line(argv: list[str]) -> None:
             check_job(job, args.config_name or CONFIG_NAME)
 
 
-def compose_config(overrides: list[str], config_name: str = CONFIG_NAME) -> Config:
-    """The validated config of one job, composed from the tree (inside an initialized Hydra)."""
-    try:
-        return load_config(compose(config_name, overrides=overrides, return_hydra_config=True))
-    except (HydraException, OmegaConfBaseException) as err:
-        raise UsageError(describe_hydra_error(err)) from None
-
-
 def check_job(overrides: list[str], config_name: str = CONFIG_NAME) -> None:
     """Compose one job's config and validate it, as the run will."""
     config = compose_config(overrides, config_name)
@@ -140,30 +123,6 @@ def _check_group_choice(override, loader) -> None:
     for value in values:
         if value not in options:
             raise UsageError(f"{group}={value!r}: no such {group}; valid: {', '.join(options)}")
-
-
-def describe_hydra_error(err: BaseException) -> str:
-    """One line for a composition failure, from the OmegaConf error that caused it."""
-    cause = err
-    while cause is not None and not isinstance(cause, OmegaConfBaseException):
-        cause = cause.__cause__
-    if cause is None or not getattr(cause, "full_key", None):
-        return str(err).strip().split("\n")[0]
-    key = cause.full_key
-    if isinstance(cause, (ConfigKeyError, ConfigAttributeError)):
-        valid = _field_names(cause.object_type)
-        return f"{key}: no such field" + (f"; valid: {', '.join(valid)}" if valid else "")
-    if isinstance(cause, ValidationError):
-        match = re.search(r"could not be converted to (\w+)", cause.msg or "")
-        problem = f"not a valid {match.group(1).lower()}" if match else cause.msg.split("\n")[0]
-        return f"{key}={cause.value!r}: {problem}"
-    return f"{key}: {(cause.msg or str(cause)).splitlines()[0]}"
-
-
-def _field_names(object_type: object) -> list[str]:
-    if isinstance(object_type, type) and dataclasses.is_dataclass(object_type):
-        return [f.name for f in dataclasses.fields(object_type)]
-    return []
 
 
 def _raise_usage_error(message: str) -> None:

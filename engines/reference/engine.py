@@ -128,6 +128,7 @@ class ReferenceEngine(OfflineAPI):
             init_group(0, tp, port, self.device)
             self.rank_weight_bytes = [None] * tp
             dist.all_gather_object(self.rank_weight_bytes, self.weight_bytes)
+            self.weight_bytes = sum(self.rank_weight_bytes)  # a step reads every rank's slice
             broadcast = broadcast_step
         kv_layers = [self.kv.layer(i) for i in range(self.config.num_hidden_layers)]
         self.runner = ModelRunner(self.model, kv_layers, kv_block_size, self.backend, self.device, broadcast)

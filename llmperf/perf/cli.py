@@ -18,17 +18,13 @@ from rich.console import Console
 from rich.table import Table
 
 from engines.reference.config import ModelConfig
+from engines.reference.precision import PRECISIONS
 from engines.reference.presets import get_preset, preset_names
 from llmperf.errors import UsageError as ConfigUsageError
 from llmperf.hardware.registry import resolve_profile
 from llmperf.perf.planner import Plan, plan
-from llmperf.perf.precision import PRECISIONS
-from llmperf.perf.traffic import (
-    Workload,
-    load_scenario,
-    unknown_workload,
-    workload_from_scenario,
-)
+from llmperf.perf.traffic import Traffic, traffic_from_scenario, unknown_traffic
+from llmperf.run.compose import load_scenario
 
 USAGE = """\
 usage: llmperf-plan model=NAME|PATH hardware=NAME [precision=bf16] [scenario=NAME|FILE.yaml]
@@ -88,8 +84,8 @@ def build_plan(args: dict[str, Any]) -> Plan:
     unknown: dict[str, str] = {}
     if "scenario" in args:
         scenario = load_scenario(args["scenario"])
-        fields.update(workload_from_scenario(scenario, args["scenario"]))
-        unknown = unknown_workload(scenario, args["scenario"])
+        fields.update(traffic_from_scenario(scenario, args["scenario"]))
+        unknown = unknown_traffic(scenario, args["scenario"])
     explicit = {
         k: float(args[k])
         for k in ("prompt_tokens", "output_tokens", "context_len", "concurrency", "rate_rps")
@@ -104,7 +100,7 @@ def build_plan(args: dict[str, Any]) -> Plan:
     if "prompt_tokens" in explicit:
         fields.pop("prompt_tokens_max", None)
     fields.update(explicit)
-    result = plan(model, precision, profile, Workload(**fields), tp=args.get("tp"))
+    result = plan(model, precision, profile, Traffic(**fields), tp=args.get("tp"))
     result.notes.extend(note for key, note in unknown.items() if key not in explicit)
     return result
 
@@ -126,6 +122,7 @@ def render(p: Plan, console: Console) -> None:
     for label, value in (
         ("parameters", f"{p.params / 1e9:.2f} B"),
         ("weights", _gb(p.weight_bytes)),
+        (f"weights per device at tp={p.tp}", _gb(p.weight_bytes_per_device)),
         ("KV cache per token", f"{p.kv_bytes_per_token / 1024:.0f} KiB"),
         ("KV cache per sequence", f"{_gb(p.kv_bytes_per_seq)} at {p.context_len:.0f} tokens"),
         (

@@ -1,19 +1,19 @@
 """Capacity planning from a model's shape, a precision and a hardware profile.
 
-Memory model (per device, weights and KV cache sharded evenly over tp devices):
+Memory model (per device; the bytes are llmperf.perf.footprint's account):
 - usable memory = (1 - RUNTIME_RESERVE_FRACTION) x memory: the reserve holds
   the runtime (CUDA context, library workspaces) and the forward pass's
   activations, as vLLM's default gpu_memory_utilization=0.9 does;
 - KV cache needs KV_OVERHEAD_FRACTION more than its tokens' bytes, for
   partly filled blocks and fragmentation;
 - devices_needed = ceil((weights + KV x (1 + overhead)) / usable), with KV for
-  `concurrency` sequences of `context_len` positions each.
+  `concurrency` sequences of `context_len` positions each; at the chosen tp each
+  device holds its rank's weights (a share of the sharded ones, all of the
+  replicated norms) and 1/tp of the KV cache.
 
-Time model (llmperf.perf.roofline): a step takes max(bytes / (tp x bandwidth),
-FLOPs / (tp x FLOP/s)) plus, for tp > 1, two ring all-reduces of the hidden
-states per layer over the interconnect (bandwidth term only, not overlapped;
-per-collective latency is not modelled). Decode steps are timed at the full
-`context_len`, an upper bound on the mean step.
+Time model: llmperf.perf.latency (the roofline bound on tp devices plus the
+all-reduces). Decode steps are timed at the full `context_len`, an upper bound
+on the mean step.
 """
 
 from __future__ import annotations
@@ -24,108 +24,14 @@ from typing import Any
 
 from engines.reference.config import ModelConfig
 from llmperf.hardware.profile import HardwareProfile
-from llmperf.perf.precision import get_precision, weight_bytes_for
-from llmperf.perf.roofline import (
-    ModelWork,
-    StepWork,
-    decode_work,
-    lower_bound,
-    prefill_work,
-)
-from llmperf.perf.traffic import Workload
+from llmperf.perf.footprint import Footprint, device_of, footprint
+from llmperf.perf.latency import StepTime, step_time
+from llmperf.perf.roofline import ModelWork, decode_work, prefill_work
+from llmperf.perf.traffic import Traffic
 
 RUNTIME_RESERVE_FRACTION = 0.10
 KV_OVERHEAD_FRACTION = 0.10
 _LITTLE_ITERATIONS = 50
-
-
-@dataclass(frozen=True)
-class StepTime:
-    seconds: float
-    memory_s: float
-    compute_s: float
-    comm_s: float
-    bound: str  # "memory", "compute" or "interconnect"
-
-
-def step_time(
-    step: StepWork,
-    num_tokens: float,
-    model: ModelConfig,
-    profile: HardwareProfile,
-    compute_dtype: str,
-    tp: int,
-    peak: str = "best",
-) -> StepTime:
-    """Lower bound of one step's time on tp devices (peak: best, datasheet or measured)."""
-    mem_bw, flops = profile.mem_bw(peak), profile.flops(compute_dtype, peak)
-    b = lower_bound(step, mem_bw * tp if mem_bw else None, flops * tp if flops else None)
-    if b is None:
-        raise ValueError(
-            f"hardware profile {profile.name!r} has no {peak} bandwidth or {compute_dtype} FLOP/s"
-        )
-    comm_s = 0.0
-    if tp > 1 and profile.interconnect_bytes_per_s:
-        act_bytes = 4 if compute_dtype == "fp32" else 2
-        per_device = 2 * (tp - 1) / tp * num_tokens * model.hidden_size * act_bytes
-        comm_s = 2 * model.num_hidden_layers * per_device / profile.interconnect_bytes_per_s
-    bound = "interconnect" if comm_s > b.seconds else b.bound
-    # Sustained predictions add what a step costs beyond its bytes and FLOPs where the
-    # probe measured it (a CPU): op launches, norms, short attention, per layer.
-    overhead_s = 0.0
-    if peak == "sustained" and profile.measured_layer_overhead_s:
-        overhead_s = model.num_hidden_layers * profile.measured_layer_overhead_s
-    return StepTime(b.seconds + comm_s + overhead_s, b.memory_s, b.compute_s, comm_s, bound)
-
-
-@dataclass(frozen=True)
-class LatencyPrediction:
-    ttft_s: float  # one prefill step of batch_size prompts
-    decode_step_s: float  # one decode step of batch_size sequences at context_len
-    prefill_bound: str
-    decode_bound: str
-
-
-def predict_latency(
-    model: ModelConfig,
-    precision: str,
-    profile: HardwareProfile,
-    batch_size: int,
-    prompt_len: int,
-    context_len: int,
-    *,
-    tp: int = 1,
-    weight_bytes: float | None = None,
-    compute_dtype: str | None = None,
-    kv_bytes_per_element: float | None = None,
-    peak: str = "best",
-) -> LatencyPrediction:
-    """Roofline TTFT (batch_size prompts prefilled in one step) and decode step time.
-
-    To compare with a measured engine, pass what it reports: its `weight_bytes`,
-    the dtype its matmuls run in and its KV cache's bytes per element; otherwise
-    they follow from `precision`.
-    """
-    prec = get_precision(precision)
-    dtype = compute_dtype or prec.compute_dtype
-    work = ModelWork.of(
-        model,
-        weight_bytes or weight_bytes_for(model, prec),
-        kv_bytes_per_element or prec.kv_bytes_per_element,
-    )
-    prefill = step_time(
-        prefill_work(work, batch_size, prompt_len),
-        batch_size * prompt_len,
-        model,
-        profile,
-        dtype,
-        tp,
-        peak,
-    )
-    decode = step_time(
-        decode_work(work, batch_size, context_len), batch_size, model, profile, dtype, tp, peak
-    )
-    return LatencyPrediction(prefill.seconds, decode.seconds, prefill.bound, decode.bound)
 
 
 @dataclass
@@ -145,7 +51,8 @@ class Plan:
     hardware: str
     tp: int
     params: int
-    weight_bytes: float
+    weight_bytes: float  # the model's weights, one copy
+    weight_bytes_per_device: float  # one rank's at tp: its share and the replicated norms
     kv_bytes_per_token: float
     kv_bytes_per_seq: float
     context_len: float
@@ -188,10 +95,9 @@ def plan(
     model: ModelConfig,
     precision: str,
     profile: HardwareProfile,
-    workload: Workload,
+    traffic: Traffic,
     tp: int | None = None,
 ) -> Plan:
-    prec = get_precision(precision)
     if tp is not None and tp not in valid_tp(model):
         raise ValueError(
             f"tp={tp} does not divide the {model.num_key_value_heads} KV heads; valid: "
@@ -200,36 +106,46 @@ def plan(
     if not profile.memory_bytes:
         raise ValueError(f"hardware profile {profile.name!r} has no memory_bytes to plan with")
     notes: list[str] = []
-    weights = weight_bytes_for(model, prec)
-    work = ModelWork.of(model, weights, prec.kv_bytes_per_element)
-    kv_per_seq = work.kv_bytes_per_token * workload.context_len
+    device = device_of(profile.kind)
+    accounts: dict[int, Footprint] = {}
+
+    def account(n: int) -> Footprint:
+        if n not in accounts:
+            accounts[n] = footprint(model, precision, device, n)
+        return accounts[n]
+
+    one = account(1)
+    weights = one.weight_bytes
+    kv_per_seq = one.kv_bytes_per_token * traffic.context_len
     usable = profile.memory_bytes * (1 - RUNTIME_RESERVE_FRACTION)
     devices_for_weights = math.ceil(weights / usable)
 
     def max_batch_at(n: int) -> int:
-        return max(
-            0, math.floor((n * usable - weights) / (kv_per_seq * (1 + KV_OVERHEAD_FRACTION)))
-        )
+        left = n * (usable - account(n).weight_bytes_per_rank)
+        return max(0, math.floor(left / (kv_per_seq * (1 + KV_OVERHEAD_FRACTION))))
+
+    def work_at(n: int) -> ModelWork:
+        return ModelWork.of(model, account(n).weight_bytes, one.kv_bytes_per_element)
 
     def decode_at(batch: int, n: int) -> StepTime:
-        step = decode_work(work, batch, workload.context_len)
-        return step_time(step, batch, model, profile, prec.compute_dtype, n)
+        step = decode_work(work_at(n), batch, traffic.context_len)
+        return step_time(step, batch, model, profile, one.compute_dtype, n)
 
     def prefill_at(prompt: float, n: int) -> StepTime:
-        step = prefill_work(work, 1, prompt)
-        return step_time(step, prompt, model, profile, prec.compute_dtype, n)
+        step = prefill_work(work_at(n), 1, prompt)
+        return step_time(step, prompt, model, profile, one.compute_dtype, n)
 
-    concurrency = workload.concurrency
-    if concurrency is None and workload.rate_rps is not None:
+    concurrency = traffic.concurrency
+    if concurrency is None and traffic.rate_rps is not None:
         n = tp or _smallest_tp(model, devices_for_weights) or valid_tp(model)[-1]
         concurrency = _little_concurrency(
-            workload,
+            traffic,
             max(1, max_batch_at(n)),
             lambda b: decode_at(b, n).seconds,
-            prefill_at(workload.prompt_tokens, n).seconds,
+            prefill_at(traffic.prompt_tokens, n).seconds,
         )
         notes.append(
-            f"concurrency {concurrency:.1f} from rate {workload.rate_rps} req/s (Little's law at tp={n})"
+            f"concurrency {concurrency:.1f} from rate {traffic.rate_rps} req/s (Little's law at tp={n})"
         )
     concurrency = concurrency or 1.0
     kv_total = kv_per_seq * concurrency * (1 + KV_OVERHEAD_FRACTION)
@@ -245,7 +161,7 @@ def plan(
     max_batch = max_batch_at(tp)
     if max_batch < concurrency:
         notes.append(
-            f"tp={tp} holds {max_batch} sequences of {workload.context_len:.0f} tokens, "
+            f"tp={tp} holds {max_batch} sequences of {traffic.context_len:.0f} tokens, "
             f"fewer than the {concurrency:g} wanted"
         )
     usd_per_s = profile.usd_per_hour * tp / 3600 if profile.usd_per_hour is not None else None
@@ -262,17 +178,18 @@ def plan(
                 usd_per_s * t.seconds / batch * 1e6 if usd_per_s is not None else None,
             )
         )
-    prompts = sorted({int(workload.prompt_tokens), int(workload.prompt_tokens_max)})
+    prompts = sorted({int(traffic.prompt_tokens), int(traffic.prompt_tokens_max)})
     result = Plan(
         model=model.name,
-        precision=prec.name,
+        precision=one.precision,
         hardware=profile.name,
         tp=tp,
         params=model.num_params(),
         weight_bytes=weights,
-        kv_bytes_per_token=work.kv_bytes_per_token,
+        weight_bytes_per_device=account(tp).weight_bytes_per_rank,
+        kv_bytes_per_token=one.kv_bytes_per_token,
         kv_bytes_per_seq=kv_per_seq,
-        context_len=workload.context_len,
+        context_len=traffic.context_len,
         concurrency=concurrency,
         usable_bytes_per_device=usable,
         runtime_reserve_fraction=RUNTIME_RESERVE_FRACTION,
@@ -290,9 +207,9 @@ def plan(
     if result.batch >= 1:
         _price_operating_point(
             result,
-            workload,
+            traffic,
             decode_at(result.batch, tp).seconds,
-            prefill_at(workload.prompt_tokens, tp).seconds,
+            prefill_at(traffic.prompt_tokens, tp).seconds,
             usd_per_s,
         )
     return result
@@ -307,7 +224,7 @@ def batch_sizes(max_batch: int) -> list[int]:
 
 
 def _price_operating_point(
-    p: Plan, w: Workload, step_s: float, prefill_s: float, usd_per_s: float | None
+    p: Plan, w: Traffic, step_s: float, prefill_s: float, usd_per_s: float | None
 ) -> None:
     """Steady continuous batching at batch p.batch: a request holds the devices for its
     prefill and for 1/batch of each of its decode steps."""
@@ -324,7 +241,7 @@ def _smallest_tp(model: ModelConfig, devices: int) -> int | None:
     return next((n for n in valid_tp(model) if n >= devices), None)
 
 
-def _little_concurrency(w: Workload, cap: int, decode_s, prefill_s: float) -> float:
+def _little_concurrency(w: Traffic, cap: int, decode_s, prefill_s: float) -> float:
     """Sequences in flight at an arrival rate: B = rate x (TTFT + output x step(B))."""
     batch = 1.0
     for _ in range(_LITTLE_ITERATIONS):

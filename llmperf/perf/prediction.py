@@ -2,7 +2,7 @@
 
 For engines that report their steps: the run's typical prefill step (its batch
 and prompt length) and decode step (its batch and context) go through the
-capacity planner's model (`llmperf.perf.predict_latency`) with the run's
+capacity planner's time model (`llmperf.perf.latency.predict_latency`) with the run's
 hardware profile at its sustained ceilings (on a CPU, the weight-streaming rate
 the probe measured; elsewhere the datasheet), and come back as predicted TTFT and decode step time next to
 the measured ones, with the relative error of each (predicted / measured - 1).
@@ -16,7 +16,7 @@ from typing import Any
 from engines.base import StepStat
 from engines.reference.config import ModelConfig
 from llmperf.hardware.profile import HardwareProfile
-from llmperf.perf.planner import predict_latency
+from llmperf.perf.latency import predict_latency
 
 
 def prediction_summary(

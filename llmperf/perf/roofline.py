@@ -1,7 +1,9 @@
 """Roofline: the bytes and FLOPs each engine step had to move, against the hardware's ceilings.
 
-Pure functions over a ModelConfig, the engine's stored `weight_bytes`, the KV
-cache's bytes per element, a HardwareProfile and the engine's StepStats.
+Pure functions over a ModelConfig, the engine's stored `weight_bytes` (all
+ranks'), the KV cache's bytes per element, a HardwareProfile and the engine's
+StepStats. The per-model constants (bytes, FLOPs per token) are
+llmperf.perf.footprint's account.
 
 What a step must do (the model's work, not what a kernel happened to do):
 - reads: every weight once (`weight_bytes`, the whole model as stored, the
@@ -32,6 +34,7 @@ from dataclasses import dataclass
 from engines.base import StepStat
 from engines.reference.config import ModelConfig
 from llmperf.hardware.profile import HardwareProfile
+from llmperf.perf.footprint import body_matmul_params
 
 PHASES = ("prefill", "decode", "mixed")
 SUMMARY_KEYS = (
@@ -82,14 +85,6 @@ class Bound:
     memory_s: float
     compute_s: float
     bound: str  # "memory" or "compute"
-
-
-def body_matmul_params(model: ModelConfig) -> int:
-    """Parameters of the decoder layers' linears (no embeddings, LM head or norms)."""
-    h = model.hidden_size
-    attn = h * (model.q_size + 2 * model.kv_size) + model.q_size * h
-    mlp = 3 * h * model.intermediate_size
-    return model.num_hidden_layers * (attn + mlp)
 
 
 def attention_pairs(

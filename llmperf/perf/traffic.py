@@ -1,28 +1,25 @@
-"""The load a plan is sized for: prompt and output lengths and how many sequences run at once.
+"""The traffic a plan is sized for: prompt and output lengths and how many sequences run at once.
 
-Read from a scenario (a name in `scenarios/scenario/`, composed as `llmperf scenario=NAME`
-would compose it, so its defaults and interpolations count; or a YAML file, read as it is)
-and/or given explicitly; explicit values win. Of a length distribution the planner uses
+Not the requests themselves (llmperf.workload builds those): their averages.
+Read from a scenario's fields (llmperf.run.compose.load_scenario: a name in
+`scenarios/scenario/`, composed as `llmperf scenario=NAME` would compose it, or a
+YAML file, read as it is) and/or given explicitly; explicit values win. Of a length distribution the planner uses
 the mean its kind implies (`fixed`: value; `uniform`: the midpoint of min..max; `normal`,
 `lognormal`: mean) and the largest prompt (`max`, else the mean). Lengths drawn from a
-dataset or a trace file are unknown here; `unknown_workload` says which.
+dataset or a trace file are unknown here; `unknown_traffic` says which.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-from importlib import resources
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
-
-import yaml
 
 DEFAULT_PROMPT_TOKENS = 1024
 DEFAULT_OUTPUT_TOKENS = 256
 
 
 @dataclass
-class Workload:
+class Traffic:
     prompt_tokens: float = DEFAULT_PROMPT_TOKENS  # mean
     output_tokens: float = DEFAULT_OUTPUT_TOKENS  # mean
     prompt_tokens_max: float | None = None
@@ -50,42 +47,8 @@ class Workload:
             self.prompt_tokens_max = self.prompt_tokens
 
 
-def scenario_names() -> list[str]:
-    folder = resources.files("scenarios") / "scenario"
-    if not folder.is_dir():
-        return []
-    return sorted(p.name[: -len(".yaml")] for p in folder.iterdir() if p.name.endswith(".yaml"))
-
-
-def load_scenario(name_or_path: str) -> dict[str, Any]:
-    """A scenario's fields as a dict (the `scenario:` block when the file nests one)."""
-    path = Path(name_or_path)
-    if path.suffix in (".yaml", ".yml") and path.is_file():
-        data = yaml.safe_load(path.read_text()) or {}
-        if isinstance(data.get("scenario"), dict):
-            data = data["scenario"]
-        return data
-    if name_or_path in scenario_names():
-        return compose_scenario(name_or_path)
-    valid = ", ".join(scenario_names()) or "none installed; give a .yaml path"
-    raise ValueError(f"unknown scenario {name_or_path!r}; valid: {valid}")
-
-
-def compose_scenario(name: str) -> dict[str, Any]:
-    """The scenario block of `llmperf scenario=NAME`, with the default engine and model."""
-    from hydra import initialize_config_module
-
-    from llmperf.cli import CONFIG_MODULE, compose_config
-    from llmperf.run.config import register_configs
-
-    register_configs()
-    with initialize_config_module(config_module=CONFIG_MODULE, version_base="1.3"):
-        config = compose_config([f"scenario={name}"])
-    return asdict(config.scenario)
-
-
-def workload_from_scenario(scenario: dict[str, Any], name: str = "scenario") -> dict[str, float]:
-    """The Workload fields a scenario states (lengths, concurrency or rate). A trace's
+def traffic_from_scenario(scenario: dict[str, Any], name: str = "scenario") -> dict[str, float]:
+    """The Traffic fields a scenario states (lengths, concurrency or rate). A trace's
     lengths and arrivals are in its file: none of the fields come from the scenario then."""
     arrival = scenario.get("arrival") or {}
     if arrival.get("process") == "trace":
@@ -124,7 +87,7 @@ def _dist_mean(dist: dict[str, Any], label: str) -> float | None:
     return None
 
 
-def unknown_workload(scenario: dict[str, Any], name: str = "scenario") -> dict[str, str]:
+def unknown_traffic(scenario: dict[str, Any], name: str = "scenario") -> dict[str, str]:
     """What the scenario leaves to its dataset or trace file, so the plan cannot read it:
     field (prompt_tokens, output_tokens, concurrency) -> a note saying what was assumed."""
     from_trace = (scenario.get("arrival") or {}).get("process") == "trace"

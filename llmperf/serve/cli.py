@@ -18,8 +18,9 @@ from typing import Any, NoReturn
 import yaml
 from hydra import initialize_config_module
 
-from llmperf.cli import CONFIG_MODULE, check_command_line, compose_config
+from llmperf.cli import check_command_line
 from llmperf.errors import UsageError
+from llmperf.run.compose import CONFIG_MODULE, compose_config
 from llmperf.run.config import register_configs
 from llmperf.serve.server import (
     DEFAULT_HOST,

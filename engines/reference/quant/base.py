@@ -19,6 +19,8 @@ import torch.nn as nn
 class QuantizedLinear(nn.Module):
     """y = x W^T + b with W stored quantized; subclasses say how to store and multiply."""
 
+    code_dtype: torch.dtype  # what `weight_q` is stored in (what the bytes account reads)
+
     def __init__(self, weight_q: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None):
         super().__init__()
         self.out_features, self.in_features = weight_q.shape

@@ -35,13 +35,15 @@ def e4m3_bits_to_fp16(bits: torch.Tensor) -> torch.Tensor:
 
 
 class Fp8Linear(QuantizedLinear):
+    code_dtype = torch.uint8  # e4m3 bit patterns
+
     _scaled_mm_refused = False  # set once a GPU refuses the rowwise-scaled call
 
     @classmethod
     def quantize(cls, weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         scale = symmetric_row_scale(weight, FP8_MAX)
         codes = (weight.float() / scale.float()[:, None]).clamp(-FP8_MAX, FP8_MAX)
-        return codes.to(torch.float8_e4m3fn).view(torch.uint8).contiguous(), scale
+        return codes.to(torch.float8_e4m3fn).view(cls.code_dtype).contiguous(), scale
 
     def dequantized_weight(self, dtype: torch.dtype) -> torch.Tensor:
         """The full weight `[out, in]` in `dtype` (scales applied)."""

@@ -20,12 +20,14 @@ INT8_MAX_CODE = 127
 
 
 class Int8Linear(QuantizedLinear):
+    code_dtype = torch.int8
+
     @classmethod
     def quantize(cls, weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         scale = symmetric_row_scale(weight, INT8_MAX_CODE)
         codes = torch.round(weight.float() / scale.float()[:, None])
         # Row-major whatever the float weight's layout: the fused kernels read rows.
-        return codes.clamp(-INT8_MAX_CODE, INT8_MAX_CODE).to(torch.int8).contiguous(), scale
+        return codes.clamp(-INT8_MAX_CODE, INT8_MAX_CODE).to(cls.code_dtype).contiguous(), scale
 
     def matmul(self, x: torch.Tensor) -> torch.Tensor:
         scale = self.scale.to(x.dtype)
