@@ -64,6 +64,18 @@ def test_roofline_points_are_achieved_flops_over_bytes():
                                                   ("decode", 7.0, 21e12)]
 
 
+@pytest.mark.parametrize("dtype", ["bfloat16", "torch.bfloat16", "bf16"])
+def test_roofline_draws_its_ceilings_whatever_the_dtype_is_called(full_run, dtype):
+    """Engines report torch's names (`bfloat16`); profiles key FLOP/s by `bf16`."""
+    summary = {**full_run.summary, "roofline_compute_dtype": dtype}
+    assert [c[0] for c in run_plots._ceilings(summary)] == ["datasheet", "measured"]
+    full_run.summary["roofline_compute_dtype"] = dtype
+    fig = run_plots.roofline(full_run)
+    labels = fig.axes[0].get_legend_handles_labels()[1]
+    assert any(label.startswith("ceiling (datasheet): 4800 GB/s, 989.4 TFLOP/s")
+               for label in labels), labels
+
+
 def test_roofline_falls_back_to_tokens_against_ceiling_without_peaks(full_run):
     full_run.summary["hardware"] = {**H200, "peak_flops": {}, "measured_flops": {}}
     fig = run_plots.roofline(full_run)

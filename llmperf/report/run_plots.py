@@ -9,6 +9,7 @@ import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
+from llmperf.hardware.profile import canonical_dtype
 from llmperf.report import records as rec
 from llmperf.report.folder import RunFolder
 from llmperf.report.plotting import (
@@ -229,7 +230,8 @@ def telemetry(run: RunFolder) -> Figure:
 def _ceilings(summary: dict) -> list[tuple[str, float, float]]:
     """(name, bytes/s, FLOP/s) of the hardware's ceilings for the run's compute dtype."""
     hw = summary.get("hardware") if isinstance(summary.get("hardware"), dict) else {}
-    dtype = summary.get("roofline_compute_dtype")
+    # Engines report torch's dtype names ("bfloat16"); profiles key FLOP/s by "bf16".
+    dtype = canonical_dtype(summary.get("roofline_compute_dtype"))
     found = []
     for name, bw_key, flops_key in (("datasheet", "peak_mem_bw_bytes_per_s", "peak_flops"),
                                     ("measured", "measured_mem_bw_bytes_per_s", "measured_flops")):
