@@ -8,6 +8,7 @@ from engines.base import StepStat
 from llmperf.perf.cost import (
     COST_KEYS,
     cost_summary,
+    input_share_from_request_times,
     input_share_from_steps,
     input_share_from_tokens,
 )
@@ -73,3 +74,20 @@ def test_no_output_tokens_gives_null_per_output_figures():
     out = cost_summary(1.0, 10.0, 100, 0, energy_j=5.0)
     assert out["usd_per_1m_output_tokens"] is None and out["energy_per_output_token_j"] is None
     assert out["usd_per_1m_input_tokens"] == pytest.approx(1.0 * 10 / 3600 / 100 * 1e6)
+
+
+def test_without_steps_measured_request_times_split_the_cost():
+    """Defect c: HTTP runs split by tokens while the reference engine splits by time.
+    Prefill is each request's TTFT, decode the rest of its E2E."""
+    times = [(0.2, 1.0), (0.4, 2.0), (0.3, 1.0)]  # (ttft_s, e2e_s)
+    share = (0.2 + 0.4 + 0.3) / (1.0 + 2.0 + 1.0)
+    assert input_share_from_request_times(times) == pytest.approx(0.225)
+    out = cost_summary(3.6, 10.0, 3000, 1000, request_times=times)
+    assert out["cost_split"] == "request_time" and out["cost_input_share"] == pytest.approx(share)
+    assert out["usd_per_1m_input_tokens"] == pytest.approx(0.01 * share / 3000 * 1e6)
+    assert out["usd_per_1m_output_tokens"] == pytest.approx(0.01 * (1 - share) / 1000 * 1e6)
+    # Step stats, where an engine has them, still decide.
+    assert cost_summary(3.6, 10.0, 3000, 1000, steps=STEPS, request_times=times)[
+        "cost_split"
+    ] == "step_time"
+    assert input_share_from_request_times([]) is None

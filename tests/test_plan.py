@@ -14,14 +14,14 @@ from engines.reference.presets import get_preset
 from llmperf.hardware.profile import HardwareProfile
 from llmperf.hardware.registry import load_profile
 from llmperf.perf import cli
+from llmperf.perf.footprint import body_matmul_params, footprint
+from llmperf.perf.latency import predict_latency
 from llmperf.perf.planner import (
     KV_OVERHEAD_FRACTION,
     RUNTIME_RESERVE_FRACTION,
     batch_sizes,
     plan,
 )
-from llmperf.perf.footprint import body_matmul_params, footprint
-from llmperf.perf.latency import predict_latency
 from llmperf.perf.traffic import Traffic, traffic_from_scenario, unknown_traffic
 from llmperf.run.compose import load_scenario
 

@@ -1,6 +1,7 @@
 """The pages' structure without a browser: sections, banners, escaping, and every image a
 PNG file beside the page (test_report_browser.py renders the same pages in Chromium)."""
 
+import json
 import struct
 import subprocess
 import sys
@@ -12,6 +13,7 @@ import pytest
 from llmperf.report.compare import build_comparison_report
 from llmperf.report.run import build_run_report
 from llmperf.report.sweep import build_sweep_report
+from llmperf.report.units import duration
 from tests.test_report_support import write_realistic_run, write_realistic_sweep
 
 SCRIPT = "<script>alert(1)</script>"
@@ -73,6 +75,16 @@ def test_run_report_shows_figures_first_then_plots_config_and_environment(run_re
                  "engine_steps", "telemetry", "roofline"):
         assert f"plots/{name}.png" in page.images
     assert "git.commit" in html and "8c234bb" in html
+
+
+def test_run_report_states_the_window_cost_and_energy_cover(run_report):
+    html = run_report.read_text(encoding="utf-8")
+    summary = json.loads((run_report.parent / "summary.json").read_text())
+    start, end = summary["window_start_s"], summary["window_end_s"]
+    text = (f"measured window, {duration(start)} to {duration(end)} ({duration(end - start)}):"
+            " cost and energy both")
+    assert text in html
+    assert f"over the {duration(summary['duration_s'])} measured window" in html
 
 
 def test_config_values_and_overrides_are_escaped(run_report):

@@ -17,6 +17,7 @@ from engines.reference.presets import get_preset
 from llmperf.hardware.profile import HardwareProfile
 from llmperf.measure.loadgen import LoadResult
 from llmperf.run.runner import STAGES, Run, add_hardware_figures, drive_load, run_benchmark
+from llmperf.telemetry import Sample, summarize
 
 
 def compose_config(overrides):
@@ -181,3 +182,43 @@ def test_tp2_on_one_cpu_shares_its_bandwidth_and_price():
     assert two["mbu_decode"] == one["mbu_decode"]
     decode_bytes = WEIGHT_BYTES + KV_TOKEN * 4 * 601
     assert two["predicted_decode_step_s"] >= decode_bytes / 2e10
+
+
+def test_energy_and_cost_cover_the_same_measured_window():
+    """Defect i: energy was taken over the samples inside measure start..load end, cost
+    over duration_s. Both now cover window_start_s..window_end_s."""
+    samples = [Sample(float(t), {"power_w": 200.0}) for t in range(-1, 11)]
+    collector = SimpleNamespace(summarize=lambda start, end: summarize(samples, start, end))
+    summary = {
+        "engine": {}, "window_start_s": 0.25, "window_end_s": 2.25, "duration_s": 2.0,
+        "input_tokens_total": 100, "output_tokens_total": 50,
+    }
+    load = LoadResult(100.0, 0.0, 0.0, 3.0, 0, 1, False)  # the load ended at 3 s
+    run = SimpleNamespace(engine=SimpleNamespace(), load=load, profile=CPU, collector=collector,
+                          summary=summary, records=[])
+    add_hardware_figures(run)
+    assert summary["run_cost_usd"] == pytest.approx(0.36 * 2.0 / 3600)
+    assert summary["energy_j"] == pytest.approx(200.0 * 2.0)
+    assert summary["energy_per_output_token_j"] == pytest.approx(400.0 / 50)
+
+
+def test_a_run_without_step_stats_splits_its_cost_by_measured_request_time(tmp_path):
+    """Defect c: engines without steps (HTTP, synthetic) split by TTFT against the rest."""
+    config = compose_config([
+        "engine=synthetic", "engine.ttft_s=0.05", "engine.tpot_s=0.005",
+        "scenario.num_requests=6", "scenario.warmup_requests=1", "hardware=cpu",
+        "hardware.usd_per_hour=0.36", "telemetry.enabled=false", "report.enabled=false",
+    ])
+    run_benchmark(config, tmp_path, console=Console(file=io.StringIO()))
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    records = [json.loads(line) for line in (tmp_path / "requests.jsonl").read_text().splitlines()]
+    done = [r for r in records if not r["warmup"] and r["finish_reason"] in ("length", "stop")]
+    assert len(done) == summary["num_completed"] == 6
+    prefill_s = sum(r["first_token_s"] - r["arrival_s"] for r in done)
+    total_s = sum(r["end_s"] - r["arrival_s"] for r in done)
+    assert summary["cost_split"] == "request_time"
+    assert summary["cost_input_share"] == pytest.approx(prefill_s / total_s)
+    run_usd = 0.36 * summary["duration_s"] / 3600
+    assert summary["usd_per_1m_input_tokens"] == pytest.approx(
+        run_usd * prefill_s / total_s / summary["input_tokens_total"] * 1e6
+    )

@@ -6,6 +6,7 @@ import pytest
 
 from llmperf.telemetry import Sample, summarize
 from llmperf.telemetry.sample import merge_devices
+from llmperf.telemetry.summary import run_energy_j
 from llmperf.telemetry.throttle import is_throttled, reason_names
 
 SAMPLES = [
@@ -69,6 +70,27 @@ def test_window_limits_every_figure() -> None:
     assert summary["telemetry_mean_power_w"] == 250.0
     assert summary["energy_j"] == 130.0  # 240 - 110
     assert summary["throttle_reasons"] == ["sw_power_cap"]
+
+
+RAMP = [Sample(float(t), {"power_w": 100.0 * t}) for t in range(5)]  # 100 W/s ramp from 0 s
+COUNTER = [Sample(float(t), {"energy_j": 50.0 * t * t}) for t in range(5)]  # its integral
+
+
+def test_energy_covers_the_window_exactly_between_samples() -> None:
+    # The integral of 100 t over [0.5, 3.5]: 50 x (3.5^2 - 0.5^2) = 600 J, not the
+    # 400 J of the samples inside the window (1 s to 3 s).
+    assert run_energy_j(RAMP, 0.5, 3.5) == (pytest.approx(600.0), "integrated_power")
+    assert summarize(RAMP, 0.5, 3.5)["energy_j"] == pytest.approx(600.0)
+    # The counter read at the edges, linear between samples: 625 - 25.
+    assert run_energy_j(COUNTER, 0.5, 3.5) == (pytest.approx(600.0), "nvml_energy_counter")
+
+
+def test_energy_beyond_the_samples_holds_the_edge_power_or_counter_rate() -> None:
+    flat = [Sample(float(t), {"power_w": 200.0, "energy_j": 200.0 * t}) for t in range(1, 4)]
+    assert run_energy_j(flat, 0.0, 5.0) == (pytest.approx(1000.0), "nvml_energy_counter")
+    power_only = [Sample(s.timestamp_s, {"power_w": 200.0}) for s in flat]
+    assert run_energy_j(power_only, 0.0, 5.0) == (pytest.approx(1000.0), "integrated_power")
+    assert run_energy_j(power_only, 2.0, 2.0) == (0.0, "integrated_power")
 
 
 def test_one_device_keeps_plain_names() -> None:

@@ -73,7 +73,8 @@ def headline(summary: dict[str, Any]) -> list[Tile]:
     if n("energy_per_output_token_j") is not None:
         tiles.append(Tile("energy per output token",
                           fmt("energy_per_output_token_j", n("energy_per_output_token_j")),
-                          f"{fmt('energy_j', n('energy_j'))} in all"))
+                          f"{fmt('energy_j', n('energy_j'))} over the"
+                          f" {fmt('duration_s', n('duration_s'))} measured window"))
     return tiles
 
 
@@ -109,10 +110,25 @@ def sections(summary: dict[str, Any]) -> list[tuple[str, list[Row]]]:
     """The tables after the latency table, those with at least one row."""
     found = [("Throughput and counts", rows(summary, THROUGHPUT_KEYS)),
              ("Roofline", prefixed_rows(summary, ROOFLINE_PREFIXES)),
-             ("Cost and energy", rows(summary, COST_KEYS)),
+             ("Cost and energy", cost_rows(summary)),
              ("Telemetry", prefixed_rows(summary, ("telemetry_", "throttle_"))
               + rows(summary, ("throttled",)))]
     return [(title, table) for title, table in found if table]
+
+
+def cost_rows(summary: dict[str, Any]) -> list[Row]:
+    """The cost and energy keys, after the one window both cover."""
+    table = rows(summary, COST_KEYS)
+    return [Row("window", window_text(summary)), *table] if table else []
+
+
+def window_text(summary: dict[str, Any]) -> str:
+    """'measured window, 0.52 s to 10.3 s (9.78 s): cost and energy both'."""
+    start, end = number(summary, "window_start_s"), number(summary, "window_end_s")
+    if start is None or end is None:
+        return MISSING
+    return (f"measured window, {duration(start)} to {duration(end)}"
+            f" ({duration(end - start)}): cost and energy both")
 
 
 def validity(summary: dict[str, Any]) -> list[dict[str, Any]]:

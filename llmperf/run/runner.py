@@ -41,7 +41,7 @@ from llmperf.errors import UsageError
 from llmperf.hardware.profile import HardwareProfile
 from llmperf.hardware.registry import resolve_profile
 from llmperf.measure.loadgen import LoadGenerator, LoadResult
-from llmperf.measure.metrics import compute_metrics
+from llmperf.measure.metrics import compute_metrics, e2e_s, ttft_s
 from llmperf.measure.records import RecordWriter, RequestRecord
 from llmperf.measure.validity import check_validity
 from llmperf.perf.cost import cost_summary
@@ -208,14 +208,16 @@ def summarize(run: Run) -> None:
 
 
 def add_hardware_figures(run: Run) -> None:
-    """Telemetry (measured window), roofline MBU/MFU, the latency prediction and cost per token.
+    """Telemetry, roofline MBU/MFU, the latency prediction and cost per token.
 
-    Tensor-parallel ranks on GPUs each have a device: bandwidth, FLOP/s and price add
-    up over them. Ranks on a CPU share its memory bandwidth, cores and price.
+    Telemetry, energy and cost all cover the measured window (window_start_s to
+    window_end_s, duration_s long). Tensor-parallel ranks on GPUs each have a
+    device: bandwidth, FLOP/s and price add up over them. Ranks on a CPU share its
+    memory bandwidth, cores and price.
     """
     s = run.summary
     if run.collector is not None:
-        s.update(run.collector.summarize(run.load.measure_start_s, run.load.end_s))
+        s.update(run.collector.summarize(s["window_start_s"], s["window_end_s"]))
     info = s["engine"]
     steps = measured_steps(run)
     profile = run.profile
@@ -240,9 +242,19 @@ def add_hardware_figures(run: Run) -> None:
             s["input_tokens_total"],
             s["output_tokens_total"],
             steps=steps,
+            request_times=None if steps else request_times(run.records),
             energy_j=s.get("energy_j"),
         )
     )
+
+
+def request_times(records: list[RequestRecord]) -> list[tuple[float, float]]:
+    """(TTFT, E2E) of each measured request that completed: the cost split without steps."""
+    return [
+        (ttft, e2e_s(r))
+        for r in records
+        if not r.warmup and r.ok and (ttft := ttft_s(r)) is not None
+    ]
 
 
 def _roofline(
