@@ -31,6 +31,7 @@ import httpx
 
 from engines.base import EventChannel, Request, TokenEvent, Tokenizer
 from engines.reference.tokenizer import BYTE_OFFSET, ByteTokenizer, HFTokenizer
+from engines.served_model import served_model
 
 UNKNOWN_TOKEN_ID = -1  # a chunk whose text is empty: a token arrived, its id is not known
 ENDPOINTS = ("completions", "chat")
@@ -53,6 +54,10 @@ class OpenAIEngine:
     request_timeout_s: the most one request may take, from sending to its last chunk
     connect_timeout_s: the most opening a connection may take
     max_connections: connections kept to the server (at least the load's concurrency)
+    model_config: the served model's shape, for the roofline: a preset name, a checkpoint
+        folder or its config.json; None: the tokenizer folder's config.json, if any
+    precision: how the server stores the weights (fp32, bf16, fp16, int8, fp8); None: the
+        config.json's torch_dtype, else bf16
     """
 
     name = "openai"
@@ -68,6 +73,8 @@ class OpenAIEngine:
         max_connections: int = 1024,
         endpoint: str = "completions",
         prompt_format: str = "text",
+        model_config: str | None = None,
+        precision: str | None = None,
     ):
         if endpoint not in ENDPOINTS:
             raise ValueError(f"unknown endpoint {endpoint!r}; valid: {', '.join(ENDPOINTS)}")
@@ -97,6 +104,7 @@ class OpenAIEngine:
         self.prompt_format = prompt_format
         self.tokenizer_path = tokenizer
         self.tokenizer: Tokenizer = load_client_tokenizer(tokenizer)
+        self.served = served_model(model_config, tokenizer, precision)
         self.url = f"{self.base_url}/{'chat/completions' if endpoint == 'chat' else 'completions'}"
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -152,6 +160,19 @@ class OpenAIEngine:
             "request_timeout_s": self.request_timeout_s,
             "connect_timeout_s": self.connect_timeout_s,
             "max_connections": self.max_connections,
+            **self._served_info(),
+        }
+
+    def _served_info(self) -> dict[str, Any]:
+        """The served model's shape and precision, for the roofline (its bytes are accounted
+        by llmperf.perf.footprint: a server does not report what it holds)."""
+        if self.served is None:
+            return {}
+        return {
+            "model_config": self.served.config.to_dict(),
+            "model_config_source": self.served.source,
+            "params": self.served.config.num_params(),
+            "precision": self.served.precision,
         }
 
     # -- the HTTP thread ---------------------------------------------------------------

@@ -431,3 +431,92 @@ def test_killing_the_server_mid_stream_fails_the_open_requests_within_their_time
         assert len(events) >= 2  # at least a token, then the end
         assert events[-1].finish_reason == "error"
         assert events[-1].error.startswith("connection failed")
+
+
+# -- the served model's shape, for the roofline (defect d) ------------------------------
+
+
+def test_an_http_run_gets_a_roofline_estimate_from_the_served_models_config(
+    served, tmp_path, compose_config
+):
+    """Defect d: HTTP runs never got a roofline estimate (OpenAIEngine.info had no model
+    config). With engine.model_config the account gives the bytes the estimate needs."""
+    import io
+
+    from rich.console import Console
+
+    from engines.reference.presets import get_preset
+    from llmperf.perf.footprint import footprint
+    from llmperf.run.runner import run_benchmark
+
+    running, _, _ = served
+    config = compose_config(
+        "engine=openai", f"engine.base_url={running.base_url}", "engine.model=tiny",
+        "engine.prompt_format=token_ids", "engine.model_config=tiny", "engine.precision=fp32",
+        "scenario=offline", "scenario.num_requests=6", "scenario.warmup_requests=0",
+        "scenario.prompt_tokens.dist=fixed", "scenario.prompt_tokens.value=16",
+        "scenario.output_tokens.dist=fixed", "scenario.output_tokens.value=8",
+        "hardware=cpu", "telemetry.enabled=false", "report.enabled=false",
+    )  # fmt: skip
+    run_benchmark(config, tmp_path, console=Console(file=io.StringIO()))
+    s = json.loads((tmp_path / "summary.json").read_text())
+    tiny = get_preset("tiny")
+    account = footprint(tiny, "fp32", "cpu")
+    assert s["engine"]["weight_bytes"] == account.weight_bytes == tiny.num_params() * 4
+    assert s["engine"]["weight_bytes_source"] == "account"
+    assert s["engine"]["model_config_source"] == "model_config"
+    assert s["roofline_source"] == "estimate"
+    # The estimate by hand: the mean decode batch by Little's law, one decode step of it
+    # over the mean TPOT, each sequence at its prompt plus half its output.
+    tpot = s["tpot_s"]["mean"]
+    batch = max(1.0, s["output_throughput_tps"] * tpot)
+    context = (s["input_tokens_total"] + s["output_tokens_total"] / 2) / s["num_completed"]
+    kv = account.kv_bytes_per_token
+    read = account.weight_bytes + batch * context * kv + batch * kv
+    bandwidth = s["hardware"]["measured_mem_bw_bytes_per_s"]
+    assert s["mbu_decode"] == pytest.approx(read / tpot / bandwidth, rel=1e-6)
+
+
+def test_the_served_models_config_comes_from_the_tokenizers_folder(tmp_path):
+    from tokenizers import Tokenizer
+    from tokenizers.models import WordLevel
+
+    from engines.reference.presets import get_preset
+
+    Tokenizer(WordLevel({"[UNK]": 0, "a": 1}, unk_token="[UNK]")).save(
+        str(tmp_path / "tokenizer.json")
+    )
+    (tmp_path / "config.json").write_text(
+        json.dumps({**get_preset("tiny").to_hf_dict(), "torch_dtype": "bfloat16"})
+    )
+    engine = OpenAIEngine(model="m", tokenizer=str(tmp_path / "tokenizer.json"))
+    info = engine.info()
+    assert info["model_config_source"] == "tokenizer" and info["precision"] == "bf16"
+    assert info["model_config"]["hidden_size"] == 256
+    assert OpenAIEngine(model="m", tokenizer=str(tmp_path), precision="int8").info()[
+        "precision"
+    ] == "int8"
+    assert "model_config" not in OpenAIEngine(model="m").info()
+    # A config.json that is not a decoder's shape (only its eos ids) names no model.
+    (tmp_path / "config.json").write_text(json.dumps({"eos_token_id": [1]}))
+    assert "model_config" not in OpenAIEngine(model="m", tokenizer=str(tmp_path)).info()
+
+
+def test_a_bad_model_config_or_precision_is_one_line_and_exit_2(compose_config, tmp_path):
+    from llmperf.errors import UsageError
+    from llmperf.run.runner import Run, build
+
+    for override, message in (
+        ("engine.model_config=nope", "unknown model preset 'nope'"),
+        ("engine.precision=int3", "unknown precision 'int3'; valid: fp32, bf16"),
+    ):
+        run = Run(compose_config("engine=openai", override), tmp_path)
+        with pytest.raises(UsageError, match=message):
+            build(run)
+
+
+def test_the_runs_checkpoint_folder_names_the_served_model(compose_config):
+    config = compose_config("engine=openai", "model.path=/checkpoints/my-llama")
+    assert config.engine.options(config.model)["model_config"] == "/checkpoints/my-llama"
+    config = compose_config("engine=openai", "model.path=/a", "engine.model_config=tiny")
+    assert config.engine.options(config.model)["model_config"] == "tiny"

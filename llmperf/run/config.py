@@ -217,6 +217,8 @@ class OpenAIEngineConfig(EngineConfig):
     max_connections: int = 1024  # keep-alive connections; above the scenario's concurrency
     endpoint: str = "completions"  # completions | chat
     prompt_format: str = "text"  # text | token_ids (exact prompt lengths on vLLM, SGLang, llmperf-serve)
+    model_config: str | None = None  # the served model's shape: a preset or a config.json folder; null: model.path, else the tokenizer's folder
+    precision: str | None = None  # the server's weights: fp32 | bf16 | fp16 | int8 | fp8; null: torch_dtype, else bf16
 
     def __post_init__(self) -> None:
         _positive(self, "request_timeout_s", "connect_timeout_s", "max_connections")
@@ -228,6 +230,7 @@ class OpenAIEngineConfig(EngineConfig):
     def options(self, model: ModelSelection) -> dict[str, Any]:
         opts = super().options(model)
         opts["model"] = self.model or model.name
+        opts["model_config"] = self.model_config or model.path
         return opts
 
 

@@ -45,6 +45,7 @@ from llmperf.measure.metrics import compute_metrics, e2e_s, ttft_s
 from llmperf.measure.records import RecordWriter, RequestRecord
 from llmperf.measure.validity import check_validity
 from llmperf.perf.cost import cost_summary
+from llmperf.perf.footprint import device_of, footprint
 from llmperf.perf.prediction import prediction_summary
 from llmperf.perf.roofline import estimate_summary, roofline_summary
 from llmperf.run.config import Config
@@ -225,6 +226,8 @@ def add_hardware_figures(run: Run) -> None:
     if devices > 1:
         profile = profile.scaled(devices)
     model_config = info.get("model_config")
+    if model_config and profile is not None and "weight_bytes" not in info and "precision" in info:
+        info.update(accounted_bytes(ModelConfig(**model_config), info["precision"], profile))
     roofline_keys = ("weight_bytes", "kv_bytes_per_token", "compute_dtype")
     if model_config and profile is not None and all(k in info for k in roofline_keys):
         model = ModelConfig(**model_config)
@@ -255,6 +258,18 @@ def request_times(records: list[RequestRecord]) -> list[tuple[float, float]]:
         for r in records
         if not r.warmup and r.ok and (ttft := ttft_s(r)) is not None
     ]
+
+
+def accounted_bytes(model: ModelConfig, precision: str, profile: HardwareProfile) -> dict[str, Any]:
+    """The bytes an engine that cannot see its weights (a server over HTTP) holds, from
+    the account of its model at its precision on the profile's kind of device."""
+    account = footprint(model, precision, device_of(profile.kind))
+    return {
+        "weight_bytes": account.weight_bytes,
+        "kv_bytes_per_token": account.kv_bytes_per_token,
+        "compute_dtype": account.compute_dtype,
+        "weight_bytes_source": "account",
+    }
 
 
 def _roofline(
