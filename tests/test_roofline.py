@@ -10,6 +10,7 @@ from engines.base import StepStat
 from engines.reference.presets import get_preset
 from llmperf.hardware.profile import HardwareProfile
 from llmperf.perf import roofline
+from llmperf.perf.footprint import body_matmul_params
 
 TINY = get_preset("tiny")  # h=256, i=768, 4 layers, 8 heads, 2 KV heads, head_dim 32, vocab 512
 # Hand-computed from the shape: per layer q,k,v,o = 256*(256+64+64) + 256*256 and MLP 3*256*768.
@@ -50,7 +51,7 @@ def naive_pairs(seqs: list[tuple[int, int]]) -> int:
 
 
 def test_body_matmul_params_match_the_hand_count_and_the_model_config():
-    assert roofline.body_matmul_params(TINY) == TINY_BODY == 3_014_656
+    assert body_matmul_params(TINY) == TINY_BODY == 3_014_656
     norms = TINY.hidden_size * (2 * TINY.num_hidden_layers + 1)
     assert TINY_BODY == TINY.num_params(include_embeddings=False) - TINY_LM_HEAD - norms
 

@@ -74,6 +74,27 @@ def footprint(model: ModelConfig, precision: str, device: str = "cuda", tp: int 
     )
 
 
+@dataclass(frozen=True)
+class ModelWork:
+    """What each token, logits row and attention pair costs: the roofline's per-model constants."""
+
+    body_matmul_params: float  # decoder linears (attention and MLP), paid per token
+    lm_head_params: float  # vocab x hidden, paid per logits row
+    attention_flops_per_pair: float  # 4 x layers x q_size
+    weight_bytes: float
+    kv_bytes_per_token: float
+
+    @classmethod
+    def of(cls, model: ModelConfig, weight_bytes: float, kv_bytes_per_element: float) -> ModelWork:
+        return cls(
+            body_matmul_params=float(body_matmul_params(model)),
+            lm_head_params=float(model.vocab_size * model.hidden_size),
+            attention_flops_per_pair=4.0 * model.num_hidden_layers * model.q_size,
+            weight_bytes=float(weight_bytes),
+            kv_bytes_per_token=model.kv_bytes_per_token(kv_bytes_per_element),
+        )
+
+
 def rank_weight_bytes(
     model: ModelConfig,
     float_bytes: float,

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from engines.base import StepStat
 from engines.reference.config import ModelConfig
 from llmperf.hardware.profile import HardwareProfile
-from llmperf.perf.footprint import body_matmul_params
+from llmperf.perf.footprint import ModelWork
 
 PHASES = ("prefill", "decode", "mixed")
 SUMMARY_KEYS = (
@@ -43,27 +43,6 @@ SUMMARY_KEYS = (
     "roofline_fraction",
     "roofline_step_fraction",
 )
-
-
-@dataclass(frozen=True)
-class ModelWork:
-    """Per-model constants of the work model."""
-
-    body_matmul_params: float  # decoder linears (attention and MLP), paid per token
-    lm_head_params: float  # vocab x hidden, paid per logits row
-    attention_flops_per_pair: float  # 4 x layers x q_size
-    weight_bytes: float
-    kv_bytes_per_token: float
-
-    @classmethod
-    def of(cls, model: ModelConfig, weight_bytes: float, kv_bytes_per_element: float) -> ModelWork:
-        return cls(
-            body_matmul_params=float(body_matmul_params(model)),
-            lm_head_params=float(model.vocab_size * model.hidden_size),
-            attention_flops_per_pair=4.0 * model.num_hidden_layers * model.q_size,
-            weight_bytes=float(weight_bytes),
-            kv_bytes_per_token=model.kv_bytes_per_token(kv_bytes_per_element),
-        )
 
 
 @dataclass(frozen=True)
