@@ -1,7 +1,7 @@
 """One rank's model, built as the options say, and the size of its KV cache.
 
 The engine's own process builds rank 0 with it; with tensor parallelism each
-other rank's process builds its slice the same way (engines/reference/tp.py).
+other rank's process builds its slice the same way (engines/reference/tp_group.py).
 """
 
 from __future__ import annotations
