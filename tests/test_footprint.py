@@ -89,6 +89,11 @@ def test_tensor_parallel_replicates_norms_and_row_parallel_outputs():
     assert two.kv_bytes_per_token_per_rank == one.kv_bytes_per_token / 2
 
 
+def test_tp_must_shard_whole_heads_as_the_engine_does():
+    with pytest.raises(ValueError, match=r"tp=3 must divide num_attention_heads \(8\) of tiny"):
+        footprint(get_preset("tiny"), "bf16", tp=3)
+
+
 @pytest.mark.parametrize("precision", ["fp32", "int8"])
 def test_tp2_engine_reports_the_weight_bytes_of_every_rank(precision):
     """Defect a: with tp > 1 the engine reported rank 0's shard as the model's weight_bytes."""

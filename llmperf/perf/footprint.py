@@ -60,6 +60,9 @@ def footprint(model: ModelConfig, precision: str, device: str = "cuda", tp: int 
     """The account of `model` stored at `precision` on `device` ("cpu" or "cuda"), over `tp` ranks."""
     if tp < 1:
         raise ValueError(f"tp must be >= 1, got {tp}")
+    for name in ("num_attention_heads", "num_key_value_heads", "intermediate_size"):
+        if getattr(model, name) % tp:  # the engine shards whole heads and channels
+            raise ValueError(f"tp={tp} must divide {name} ({getattr(model, name)}) of {model.name}")
     spec = get_precision(precision)
     dtype = spec.compute_dtype(device)
     float_bytes = dtype.itemsize
