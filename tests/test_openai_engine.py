@@ -4,6 +4,7 @@ connection or a killed server fail only the requests they hit, with finish_reaso
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import os
 import signal
@@ -472,6 +473,6 @@ def test_a_busy_load_generator_loop_does_not_delay_ttft_or_itl(fake_server):
     [record] = records
     assert record.error is None and record.output_tokens == 3
     ttft_s = record.first_token_s - record.arrival_s
-    itls_s = [b - a for a, b in zip(record.token_times_s, record.token_times_s[1:])]
+    itls_s = [b - a for a, b in itertools.pairwise(record.token_times_s)]
     assert ttft_s == pytest.approx(PACED_GAP_S, abs=0.04)  # not the end of the 0.35 s block
     assert itls_s == pytest.approx([PACED_GAP_S, PACED_GAP_S], abs=0.03)
