@@ -108,6 +108,10 @@ class TokenEvent:
     num_prompt_tokens: int | None = None  # known to the engine; sent on the final event
     num_output_tokens: int | None = None  # authoritative count (e.g. a usage chunk), final event
     scheduled_s: float | None = None  # when the engine first scheduled the request (first event)
+    # perf_counter() when the client received it, for engines whose client runs apart from
+    # the load generator's loop (HTTP, on its own thread); None: the load generator stamps
+    # the event when it takes it, which includes any delay of its own loop.
+    received_s: float | None = None
 
 
 @dataclass

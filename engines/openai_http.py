@@ -3,7 +3,9 @@
 HTTP runs on the engine's own thread and event loop with one shared httpx client
 (keep-alive connections, as many as the load needs), so the client outlives the
 load generator's loop and its receipt times do not wait on the load generator.
-Each SSE chunk becomes a `TokenEvent` stamped when its line arrived; the final
+Each SSE chunk becomes a `TokenEvent` stamped when its line arrived (`received_s`, which
+the load generator takes as the token's time, so a busy load-generator loop does not
+delay TTFT or ITL); the final
 event carries the usage chunk's counts (`stream_options.include_usage`), or,
 when the server sends none, the output text's length in tokens of the local
 tokenizer. A server error, a timeout or a dropped connection ends the request
@@ -304,6 +306,7 @@ class OpenAIEngine:
             finish_reason=state.finish_reason or "stop",
             num_prompt_tokens=num_prompt,
             num_output_tokens=num_output,
+            received_s=now,
         )
 
 
@@ -334,7 +337,9 @@ class _StreamState:
                 continue
             self.texts.append(text)
             ids = tuple(tokenizer.encode(text)) if text else ()
-            events.append(TokenEvent(self.request.id, ids or (UNKNOWN_TOKEN_ID,), now, text=text))
+            events.append(
+                TokenEvent(self.request.id, ids or (UNKNOWN_TOKEN_ID,), now, text=text, received_s=now)
+            )
         return events
 
     def end(self, now: float, reason: str, error: str | None) -> TokenEvent:
@@ -347,6 +352,7 @@ class _StreamState:
             finish_reason=reason,
             error=error,
             num_output_tokens=len(self.texts),
+            received_s=now,
         )
 
 

@@ -1,6 +1,6 @@
 """The `llmperf` command: a Hydra app over the config tree in the `scenarios` package.
 
-Before Hydra runs, the command line is checked with Hydra's own parser and composer
+Before Hydra runs, the command line is checked with Hydra's override parser and composer
 (every job of a sweep), so bad input ends as one line on stderr and exit code 2,
 not Hydra's multi-line report and exit code 1.
 """
@@ -13,8 +13,6 @@ from pathlib import Path
 
 import hydra
 from hydra import initialize_config_module
-from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
-from hydra._internal.utils import get_args_parser
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -22,6 +20,7 @@ from hydra.errors import HydraException, OverrideParseException
 from omegaconf import DictConfig
 
 from llmperf.errors import UsageError
+from llmperf.run.command_line import hydra_args_parser, sweep_jobs
 from llmperf.run.compose import CONFIG_MODULE, CONFIG_NAME, compose_config
 from llmperf.run.config import load_config, register_configs
 from llmperf.run.runner import run_benchmark
@@ -74,10 +73,8 @@ def _exit_with(err: UsageError) -> None:
 
 def check_command_line(argv: list[str]) -> None:
     """Raise UsageError, naming the field, the value and the valid choices, for bad input."""
-    parser = get_args_parser()
-    parser.error = _raise_usage_error  # argparse would print its usage text and exit
-    args = parser.parse_args(argv)
-    if args.help or args.hydra_help or args.info or args.shell_completion:
+    args = hydra_args_parser().parse_args(argv)
+    if args.help or args.hydra_help or args.version or args.info or args.shell_completion:
         return
     if args.config_path or args.config_dir:  # another config tree: Hydra reports on it itself
         return
@@ -94,7 +91,7 @@ def check_command_line(argv: list[str]) -> None:
                 ) from None
         for override in parsed:
             _check_group_choice(override, loader)
-        jobs = BasicSweeper.split_arguments(parsed, None)[0] if args.multirun else [args.overrides]
+        jobs = sweep_jobs(parsed) if args.multirun else [args.overrides]
         for job in jobs:
             check_job(job, args.config_name or CONFIG_NAME)
 
@@ -123,7 +120,3 @@ def _check_group_choice(override, loader) -> None:
     for value in values:
         if value not in options:
             raise UsageError(f"{group}={value!r}: no such {group}; valid: {', '.join(options)}")
-
-
-def _raise_usage_error(message: str) -> None:
-    raise UsageError(message)

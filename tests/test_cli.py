@@ -70,6 +70,12 @@ BAD_INPUTS = {
         ["-m", "scenario.arrival.rate_rps=2,-1"],
         ["scenario.arrival.rate_rps=-1.0", "> 0"],
     ),
+    "interval sweep": (
+        ["-m", "scenario.arrival.rate_rps=interval(1,2)"],
+        ["scenario.arrival.rate_rps=interval(1,2)", "range("],
+    ),
+    "unknown flag": (["--no-such-flag"], ["unrecognized arguments: --no-such-flag"]),
+    "bad --cfg choice": (["--cfg", "nope"], ["--cfg", "'nope'", "job"]),
 }
 
 

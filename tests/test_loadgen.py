@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from engines.base import Request
+from engines.base import Request, TokenEvent
 from engines.synthetic import SyntheticEngine
 from llmperf.measure.loadgen import LoadGenerator
 from llmperf.measure.metrics import compute_metrics
@@ -175,3 +175,56 @@ def test_queue_time_comes_from_engine_admission():
     assert all(
         r.first_token_s - r.arrival_s >= q + 0.03 for r, q in zip(records, queue, strict=True)
     )
+
+
+class ReceiptStampingEngine:
+    """Stamps each event's receipt time, then holds the caller's loop for `loop_delay_s`
+    before handing it over, as a load generator busy with other requests would be."""
+
+    name = "receipt-stamping"
+    tokenizer = None
+
+    def __init__(self, gaps_s, loop_delay_s, clock=time.perf_counter):
+        self.gaps_s, self.loop_delay_s, self.clock = gaps_s, loop_delay_s, clock
+        self.receipts_s: list[float] = []
+
+    def start(self):
+        pass
+
+    def stop(self):
+        pass
+
+    def info(self):
+        return {"name": self.name}
+
+    async def stream(self, request):
+        for i, gap_s in enumerate(self.gaps_s):
+            await asyncio.sleep(gap_s)
+            received_s = self.clock()
+            self.receipts_s.append(received_s)
+            time.sleep(self.loop_delay_s)  # the loop is late to take the event
+            last = i == len(self.gaps_s) - 1
+            yield TokenEvent(
+                request.id, (7,), received_s, finished=last,
+                finish_reason="length" if last else None, received_s=received_s,
+            )
+
+
+def test_token_times_are_the_engines_receipt_times_not_the_loops():
+    engine = ReceiptStampingEngine(gaps_s=[0.02, 0.01, 0.01], loop_delay_s=0.04)
+    [record], result = drive(engine, requests_at([0.0], max_tokens=3))
+    origin = result.origin_perf_counter_s
+    assert record.error is None
+    assert record.token_times_s == [t - origin for t in engine.receipts_s]
+    # TTFT is the first gap (plus scheduling), not the first gap plus the loop's delay,
+    # and each ITL is the gap between receipts, however late the loop took the events.
+    assert record.first_token_s - record.arrival_s == pytest.approx(0.02, abs=0.015)
+    itls = [b - a for a, b in itertools.pairwise(record.token_times_s)]
+    assert itls == pytest.approx([0.05, 0.05], abs=0.015)  # gap + the previous event's hold
+
+
+def test_a_receipt_time_on_another_clock_fails_the_request_with_the_reason():
+    engine = ReceiptStampingEngine(gaps_s=[0.0], loop_delay_s=0.0, clock=time.time)
+    [record], _ = drive(engine, requests_at([0.0], max_tokens=1))
+    assert record.finish_reason == "error"
+    assert "not time.perf_counter()" in record.error

@@ -4,6 +4,7 @@ connection or a killed server fail only the requests they hit, with finish_reaso
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import os
 import signal
@@ -29,6 +30,7 @@ from engines.openai_http import (
     load_client_tokenizer,
 )
 from engines.registry import build_engine
+from llmperf.measure.loadgen import LoadGenerator
 from llmperf.serve.app import build_app
 from llmperf.serve.server import ServerThread, build_server
 
@@ -207,6 +209,9 @@ def chunk(text: str, finish_reason: str | None = None) -> bytes:
     return f"data: {json.dumps(body)}\n\n".encode()
 
 
+PACED_GAP_S = 0.1
+
+
 async def fake_completions(http: HTTPRequest):
     behaviour = (await http.json())["model"]
     if behaviour == "fails":
@@ -246,7 +251,14 @@ async def fake_completions(http: HTTPRequest):
         yield chunk(" again")
         raise ConnectionAbortedError("the server went away")
 
+    async def paced():  # a token every PACED_GAP_S
+        for i, text in enumerate(("a", "b", "c")):
+            await asyncio.sleep(PACED_GAP_S)
+            yield chunk(text, "length" if i == 2 else None)
+        yield b"data: [DONE]\n\n"
+
     bodies = {
+        "paced": paced,
         "no-usage": no_usage,
         "stalls": stalls,
         "drops": drops,
@@ -520,3 +532,36 @@ def test_the_runs_checkpoint_folder_names_the_served_model(compose_config):
     assert config.engine.options(config.model)["model_config"] == "/checkpoints/my-llama"
     config = compose_config("engine=openai", "model.path=/a", "engine.model_config=tiny")
     assert config.engine.options(config.model)["model_config"] == "tiny"
+
+
+def test_a_busy_load_generator_loop_does_not_delay_ttft_or_itl(fake_server):
+    """The chunks arrive on the engine's HTTP thread while the load generator's loop is
+    blocked for 0.35 s: TTFT and ITL are the server's pacing, not the loop's delay."""
+    block_s = 0.35
+
+    class BusyLoopEngine(OpenAIEngine):
+        async def stream(self, request):
+            # block the caller's loop from 20 ms after the request goes out: every chunk
+            # arrives while it is blocked
+            asyncio.get_running_loop().call_later(0.02, time.sleep, block_s)
+            async for event in super().stream(request):
+                yield event
+
+    engine = BusyLoopEngine(model="paced", base_url=fake_server.base_url)
+    records = []
+    loadgen = LoadGenerator(engine, records.append)
+
+    async def main():
+        return await loadgen.run([], [Request(id="paced", max_tokens=3, prompt_text="x")])
+
+    engine.start()
+    try:
+        asyncio.run(main())
+    finally:
+        engine.stop()
+    [record] = records
+    assert record.error is None and record.output_tokens == 3
+    ttft_s = record.first_token_s - record.arrival_s
+    itls_s = [b - a for a, b in itertools.pairwise(record.token_times_s)]
+    assert ttft_s == pytest.approx(PACED_GAP_S, abs=0.04)  # not the end of the 0.35 s block
+    assert itls_s == pytest.approx([PACED_GAP_S, PACED_GAP_S], abs=0.03)

@@ -15,7 +15,7 @@ from llmperf.telemetry.devices import normalize_uuid
 from llmperf.telemetry.gpm import GPM_METRICS
 from llmperf.telemetry.nvml import FIELDS, NvmlSampler
 from llmperf.telemetry.sources import SAMPLERS
-from llmperf.telemetry.throttle import CLOCK_EVENT_REASONS
+from llmperf.telemetry.throttle import clock_event_reasons
 
 NOT_SUPPORTED = 3
 UNKNOWN = 999
@@ -263,10 +263,15 @@ def test_fake_nvml_exposes_the_names_the_installed_pynvml_has() -> None:
     assert set(GPM_METRICS.values()) <= set(dir(pynvml))
 
 
-def test_clock_event_reason_bits_match_pynvml() -> None:
-    for bit, name in CLOCK_EVENT_REASONS.items():
+def test_clock_event_reasons_are_the_bits_nvml_defines() -> None:
+    """The clocks-event API's bits, each once; 0x200 and 0x400 are not NVML's (only pynvml's
+    deprecated throttle table names them, and nvmlClocksEventReasonAll excludes them)."""
+    reasons = clock_event_reasons()
+    assert sum(reasons) == pynvml.nvmlClocksEventReasonAll == 0x1FF
+    assert set(reasons) == {1 << i for i in range(9)}
+    for bit, name in reasons.items():
         camel = "".join(part.capitalize() for part in name.split("_"))
-        assert getattr(pynvml, f"nvmlClocksThrottleReason{camel}") == bit, name
+        assert getattr(pynvml, f"nvmlClocksEventReason{camel}") == bit, name
 
 
 def test_importing_telemetry_touches_no_device_library() -> None:
@@ -514,18 +519,35 @@ def test_close_frees_gpm_samples_and_shuts_nvml_down() -> None:
     assert all(s.freed for s in samples) and nvml.initialized == 0
 
 
-def test_real_nvml_opens_or_reports_why_not() -> None:
+def open_real_nvml() -> NvmlSampler | SamplerUnavailable:
     sampler = NvmlSampler()
     try:
         sampler.open()
     except SamplerUnavailable as e:
-        assert "nvml" in str(e).lower() or "cuda" in str(e).lower()
-        return
+        return e
+    return sampler
+
+
+def test_real_nvml_reads_the_device() -> None:
+    sampler = open_real_nvml()
+    if isinstance(sampler, SamplerUnavailable):
+        pytest.skip(f"no NVIDIA device here: {sampler}")
     try:
         values = sampler.read()
-        assert any(k.endswith("mem_total_bytes") and v > 0 for k, v in values.items())
     finally:
         sampler.close()
+    totals = [v for k, v in values.items() if k.endswith("mem_total_bytes")]
+    assert totals and all(v > 0 for v in totals), values
+    masks = [int(v) for k, v in values.items() if k.endswith("throttle_reasons")]
+    assert all(mask & ~pynvml.nvmlClocksEventReasonAll == 0 for mask in masks), masks
+
+
+def test_without_a_driver_nvml_is_unavailable_with_the_reason() -> None:
+    sampler = open_real_nvml()
+    if not isinstance(sampler, SamplerUnavailable):
+        sampler.close()
+        pytest.skip("an NVIDIA driver is loaded here")
+    assert "nvml" in str(sampler).lower() or "cuda" in str(sampler).lower()
 
 
 def test_collector_with_fake_nvml_writes_energy_and_throttling(monkeypatch, tmp_path) -> None:

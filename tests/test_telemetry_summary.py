@@ -125,6 +125,11 @@ def test_a_total_is_left_out_when_a_device_lacks_the_column() -> None:
 
 
 def test_reason_decoding() -> None:
-    assert reason_names(0x1 | 0x4 | 0x400) == ["gpu_idle", "sw_power_cap", "reliability"]
+    assert reason_names(0x1 | 0x4 | 0x80) == ["gpu_idle", "sw_power_cap", "hw_power_brake_slowdown"]
     assert not is_throttled(0x1 | 0x2 | 0x10 | 0x100)
-    assert all(is_throttled(bit) for bit in (0x4, 0x8, 0x20, 0x40, 0x80, 0x200, 0x400))
+    assert all(is_throttled(bit) for bit in (0x4, 0x8, 0x20, 0x40, 0x80))
+
+
+def test_bits_nvml_does_not_define_are_named_by_value_and_are_not_throttling() -> None:
+    assert reason_names(0x4 | 0x200 | 0x400) == ["sw_power_cap", "unknown_0x200", "unknown_0x400"]
+    assert not is_throttled(0x200) and not is_throttled(0x400)

@@ -5,7 +5,12 @@ Closed loop: `concurrency` users each send their next request when the last one 
 Warmup requests go first, all at once, and are awaited before the measured phase starts.
 
 All measurement is on the client side: times are when this process received each event,
-in seconds from the run's origin (`LoadResult.origin_perf_counter_s`). The first SIGINT
+in seconds from the run's origin (`LoadResult.origin_perf_counter_s`). An engine whose
+client receives events apart from this loop (HTTP, on its own thread) stamps each one
+(`TokenEvent.received_s`) and that time is taken, so a busy loop here does not add to
+TTFT or ITL; otherwise an event is stamped when this loop takes it. Both stamps are
+`time.perf_counter()`; a receipt time outside the request's dispatch..now is on another
+clock, and fails the request rather than skewing its figures. The first SIGINT
 stops sending, aborts the requests in flight (recorded with error "interrupted") and
 returns what was measured; `LoadResult.interrupted` says so.
 """
@@ -19,7 +24,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from engines.base import Engine, Request
+from engines.base import Engine, Request, TokenEvent
 from llmperf.measure.records import RequestRecord
 
 
@@ -196,7 +201,7 @@ class LoadGenerator:
             stream = self.engine.stream(request)
             try:
                 async for event in stream:
-                    last_event_s = self._now()
+                    last_event_s = self._receipt_s(event, record.dispatch_s)
                     if event.scheduled_s is not None:
                         record.admitted_s = event.scheduled_s - self._origin_s
                     if event.token_ids:
@@ -232,6 +237,19 @@ class LoadGenerator:
 
     def _now(self) -> float:
         return time.perf_counter() - self._origin_s
+
+    def _receipt_s(self, event: TokenEvent, dispatch_s: float) -> float:
+        """When the client received the event: the engine's stamp, else now."""
+        now_s = self._now()
+        if event.received_s is None:
+            return now_s
+        received_s = event.received_s - self._origin_s
+        if not dispatch_s <= received_s <= now_s:
+            raise ValueError(
+                f"the engine's receipt time is {received_s - now_s:+.6f} s from now and "
+                f"{received_s - dispatch_s:+.6f} s from dispatch: not time.perf_counter()"
+            )
+        return received_s
 
     async def _sleep_until(self, target_s: float) -> None:
         delay_s = target_s - self._now()

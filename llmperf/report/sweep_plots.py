@@ -10,7 +10,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
 from llmperf.report.plotting import MUTED, NoData, color, legend, new_figure, titled
-from llmperf.report.sweep import (
+from llmperf.report.sweep_table import (
     FRONTIERS,
     Sweep,
     job_label,

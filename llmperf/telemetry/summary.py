@@ -9,7 +9,7 @@ from statistics import fmean
 from typing import Any
 
 from llmperf.telemetry.sample import Sample
-from llmperf.telemetry.throttle import THROTTLING_MASK, reason_names
+from llmperf.telemetry.throttle import reason_names, throttling_mask
 
 
 def _is_gauge(column: str) -> bool:
@@ -121,10 +121,10 @@ def summarize(
 
     masks = [int(v) for _, v in _series(window, "throttle_reasons")]
     if masks:
-        throttled = [m for m in masks if m & THROTTLING_MASK]
+        throttled = [m for m in masks if m & throttling_mask()]
         seen = 0
         for mask in throttled:
-            seen |= mask & THROTTLING_MASK
+            seen |= mask & throttling_mask()
         summary["throttled"] = bool(throttled)
         summary["throttle_reasons"] = reason_names(seen)
         summary["telemetry_throttled_fraction"] = len(throttled) / len(masks)

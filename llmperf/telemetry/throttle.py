@@ -1,46 +1,66 @@
 """NVML clock-event (throttle) reason bits, and which of them mean the clocks were held down.
 
-The bit values are NVML's ABI (nvmlClocksEventReason* / nvmlClocksThrottleReason*),
-written out so that summaries can decode a bitmask without importing pynvml.
+The bits are pynvml's named constants of the clocks-event API (nvmlClocksEventReason*,
+the nine reasons NVML defines; the legacy nvmlDeviceGetCurrentClocksThrottleReasons
+returns the same bits). pynvml is imported when a mask is first decoded, not with this
+module: nothing touches a device library at import time.
 """
 
 from __future__ import annotations
 
-CLOCK_EVENT_REASONS: dict[int, str] = {
-    0x1: "gpu_idle",
-    0x2: "applications_clocks_setting",
-    0x4: "sw_power_cap",
-    0x8: "hw_slowdown",
-    0x10: "sync_boost",
-    0x20: "sw_thermal_slowdown",
-    0x40: "hw_thermal_slowdown",
-    0x80: "hw_power_brake_slowdown",
-    0x100: "display_clock_setting",
-    0x200: "board_limit",
-    0x400: "reliability",
+import functools
+
+# reason name -> the pynvml constant of its bit
+REASON_CONSTANTS: dict[str, str] = {
+    "gpu_idle": "nvmlClocksEventReasonGpuIdle",
+    "applications_clocks_setting": "nvmlClocksEventReasonApplicationsClocksSetting",
+    "sw_power_cap": "nvmlClocksEventReasonSwPowerCap",
+    "hw_slowdown": "nvmlClocksEventReasonHwSlowdown",
+    "sync_boost": "nvmlClocksEventReasonSyncBoost",
+    "sw_thermal_slowdown": "nvmlClocksEventReasonSwThermalSlowdown",
+    "hw_thermal_slowdown": "nvmlClocksEventReasonHwThermalSlowdown",
+    "hw_power_brake_slowdown": "nvmlClocksEventReasonHwPowerBrakeSlowdown",
+    "display_clock_setting": "nvmlClocksEventReasonDisplayClockSetting",
 }
 
 # Idle, application clocks, sync boost and display settings lower clocks by choice,
-# not because the device hit a power, thermal or board limit under load.
+# not because the device hit a power or thermal limit under load.
 THROTTLING_REASONS = (
     "sw_power_cap",
     "hw_slowdown",
     "sw_thermal_slowdown",
     "hw_thermal_slowdown",
     "hw_power_brake_slowdown",
-    "board_limit",
-    "reliability",
 )
 
-THROTTLING_MASK = sum(
-    bit for bit, name in CLOCK_EVENT_REASONS.items() if name in THROTTLING_REASONS
-)
+
+@functools.cache
+def clock_event_reasons() -> dict[int, str]:
+    """Bit -> reason name, in bit order, from pynvml's constants."""
+    import pynvml
+
+    bits = {getattr(pynvml, constant): name for name, constant in REASON_CONSTANTS.items()}
+    return dict(sorted(bits.items()))
+
+
+@functools.cache
+def throttling_mask() -> int:
+    return sum(bit for bit, name in clock_event_reasons().items() if name in THROTTLING_REASONS)
 
 
 def reason_names(mask: int) -> list[str]:
-    """Names of the reasons set in `mask`, in bit order."""
-    return [name for bit, name in CLOCK_EVENT_REASONS.items() if mask & bit]
+    """Names of the reasons set in `mask`, in bit order; a bit NVML does not define is
+    named by its value (`unknown_0x400`), never dropped."""
+    known = clock_event_reasons()
+    names = [name for bit, name in known.items() if mask & bit]
+    unknown = mask & ~sum(known)
+    bit = 1
+    while bit <= unknown:
+        if unknown & bit:
+            names.append(f"unknown_{bit:#x}")
+        bit <<= 1
+    return names
 
 
 def is_throttled(mask: int) -> bool:
-    return bool(mask & THROTTLING_MASK)
+    return bool(mask & throttling_mask())
