@@ -7,7 +7,9 @@ Warmup requests go first, all at once, and are awaited before the measured phase
 All measurement is on the client side: times are when this process received each event,
 in seconds from the run's origin (`LoadResult.origin_perf_counter_s`). The first SIGINT
 stops sending, aborts the requests in flight (recorded with error "interrupted") and
-returns what was measured; `LoadResult.interrupted` says so.
+returns what was measured; `LoadResult.interrupted` says so. An open-loop run given a
+`SaturationDetector` stops the same way once the engine's queue grows without bound
+(error "saturated"); `LoadResult.saturation` says when and at what rate.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from dataclasses import dataclass
 
 from engines.base import Engine, Request
 from llmperf.measure.records import RequestRecord
+from llmperf.measure.saturation import Saturation, SaturationDetector
 
 
 @dataclass
@@ -32,6 +35,7 @@ class LoadResult:
     num_warmup: int
     num_dispatched: int  # measured requests sent
     interrupted: bool
+    saturation: Saturation | None = None  # set when the detector stopped the run
 
 
 class LoadGenerator:
@@ -46,9 +50,13 @@ class LoadGenerator:
         engine: Engine,
         on_record: Callable[[RequestRecord], None],
         spin_s: float = 0.001,
+        saturation: SaturationDetector | None = None,
     ) -> None:
         self.engine = engine
         self.on_record = on_record
+        self.detector = saturation
+        self.saturation: Saturation | None = None
+        self._measure_start_s: float | None = None
         # asyncio.sleep wakes up to ~1 ms late (epoll's millisecond timeout); the last
         # stretch before a send is spent yielding to the loop instead, to cut dispatch lag.
         self.spin_s = spin_s
@@ -86,7 +94,7 @@ class LoadGenerator:
         try:
             await self._phases
         except asyncio.CancelledError:
-            if not self.interrupted:
+            if not (self.interrupted or self.saturation):
                 raise
         finally:
             gc.unfreeze()
@@ -102,11 +110,15 @@ class LoadGenerator:
             num_warmup=len(warmup),
             num_dispatched=counts["dispatched"],
             interrupted=self.interrupted,
+            saturation=self.saturation,
         )
 
     def interrupt(self) -> None:
         """Stop sending and abort what is in flight (safe to call more than once)."""
         self.interrupted = True
+        self._stop()
+
+    def _stop(self) -> None:
         if self._phases is not None:
             self._phases.cancel()
         for task in list(self._inflight):
@@ -128,9 +140,16 @@ class LoadGenerator:
             await asyncio.sleep(0)  # let them reach the engine
             self._flush()
             await asyncio.gather(*tasks)
-        counts["measure_start_s"] = start_s = self._now()
+        counts["measure_start_s"] = start_s = self._measure_start_s = self._now()
         if concurrency is None:
-            await self._open_loop(requests, start_s, duration_s, counts)
+            watcher = None
+            if self.detector is not None:
+                watcher = asyncio.get_running_loop().create_task(self._watch_saturation(start_s))
+            try:
+                await self._open_loop(requests, start_s, duration_s, counts)
+            finally:
+                if watcher is not None:
+                    watcher.cancel()
         else:
             await self._closed_loop(requests, concurrency, start_s, duration_s, counts)
 
@@ -144,6 +163,8 @@ class LoadGenerator:
             await self._sleep_until(arrival_s)
             self._spawn(request, arrival_s)
             counts["dispatched"] += 1
+            if self.detector is not None:
+                self.detector.on_dispatch(request.arrival_s)
             await asyncio.sleep(0)  # let it reach the engine before the next request is built
         self._flush()  # no more requests are coming
         while self._inflight:
@@ -173,6 +194,16 @@ class LoadGenerator:
 
         await asyncio.gather(*(user() for _ in range(concurrency)))
 
+    async def _watch_saturation(self, start_s: float) -> None:
+        interval_s = self.detector.config.check_interval_s
+        while True:
+            await asyncio.sleep(interval_s)
+            verdict = self.detector.check(self._now() - start_s)
+            if verdict is not None:
+                self.saturation = verdict
+                self._stop()
+                return
+
     # -- one request --------------------------------------------------------------------
 
     def _spawn(self, request: Request, arrival_s: float) -> asyncio.Task:
@@ -200,6 +231,8 @@ class LoadGenerator:
                     if event.scheduled_s is not None:
                         record.admitted_s = event.scheduled_s - self._origin_s
                     if event.token_ids:
+                        if not record.token_times_s:
+                            self._note_first_token(request, arrival_s, last_event_s)
                         record.token_times_s.append(last_event_s)
                         record.output_tokens += len(event.token_ids)
                     if event.finished:
@@ -213,7 +246,8 @@ class LoadGenerator:
                 if aclose is not None:
                     await aclose()
         except asyncio.CancelledError:
-            record.finish_reason, record.error = "abort", "interrupted"
+            record.finish_reason = "abort"
+            record.error = "saturated" if self.saturation else "interrupted"
             last_event_s = self._now()
             raise
         except Exception as err:  # an engine failure is a failed request, not a failed run
@@ -222,7 +256,14 @@ class LoadGenerator:
         finally:
             self._close(record, last_event_s)
 
+    def _note_first_token(self, request: Request, arrival_s: float, received_s: float) -> None:
+        if self.detector is not None and not request.is_warmup and self._measure_start_s is not None:
+            start_s = self._measure_start_s
+            self.detector.on_first_token(arrival_s - start_s, received_s - start_s)
+
     def _close(self, record: RequestRecord, last_event_s: float) -> None:
+        if self.detector is not None and not record.warmup and not record.token_times_s:
+            self.detector.on_end_without_token()
         times = record.token_times_s
         record.first_token_s = times[0] if times else None
         record.end_s = times[-1] if times else last_event_s

@@ -67,6 +67,13 @@ def not_interrupted(summary: dict[str, Any], criteria: ValidityConfig) -> Check:
     )
 
 
+def not_saturated(summary: dict[str, Any], criteria: ValidityConfig) -> Check:
+    """A run stopped by the over-saturation detector measured a queue, not the engine."""
+    if not summary.get("saturated"):
+        return Check("not_saturated", True, "the offered load was held")
+    return Check("not_saturated", False, summary["saturation_detail"])
+
+
 def no_throttling(summary: dict[str, Any], criteria: ValidityConfig) -> Check:
     """Clocks held down by power, heat or the board (NVML) make figures unrepresentative."""
     throttled = summary.get("throttled")
@@ -82,6 +89,7 @@ CHECKS: list[Callable[[dict[str, Any], ValidityConfig], Check]] = [
     min_completed,
     error_rate,
     not_interrupted,
+    not_saturated,
     no_throttling,
 ]
 

@@ -34,6 +34,9 @@ def banners(run: RunFolder) -> list[Banner]:
         out.append(Banner("partial", "PARTIAL RUN: interrupted before the end", [
             f"The figures cover the {summary.get('num_completed', '?')} requests completed of the"
             f" {summary.get('num_requests', '?')} measured before it stopped."]))
+    if summary.get("saturated"):
+        out.append(Banner("partial", f"SATURATED: stopped early at "
+                          f"{summary['saturated_at_rps']:.3g} req/s", [summary["saturation_detail"]]))
     failed = figures.failed_checks(summary)
     if summary.get("valid") is False:
         out.append(Banner("bad", "NOT VALID: do not trust these figures",

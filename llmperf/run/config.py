@@ -39,6 +39,9 @@ class ArrivalConfig:
     concurrency: int | None = None  # closed: requests in flight at all times
     trace_path: str | None = None  # trace: JSONL or CSV (see llmperf/workload/trace.py)
     trace_speedup: float = 1.0  # trace: replay this many times faster
+    ramp_start_rps: float = 0.0  # ramp: the rate at t=0; rate_rps is the rate it rises to
+    ramp_duration_s: float | None = None  # ramp: seconds from the start rate to rate_rps
+    ramp_steps: int | None = None  # ramp: null rises linearly; n rises in n equal steps
 
     def __post_init__(self) -> None:
         if self.process not in ARRIVALS:
@@ -53,6 +56,10 @@ class ArrivalConfig:
             raise ConfigError("concurrency", None, "the closed loop needs a concurrency >= 1")
         if kind.needs_trace and not self.trace_path:
             raise ConfigError("trace_path", self.trace_path, "the trace process needs a trace file")
+        _positive(self, "ramp_start_rps", allow_none=False, strict=False)
+        _positive(self, "ramp_duration_s", "ramp_steps")
+        if self.process == "ramp" and self.ramp_duration_s is None:
+            raise ConfigError("ramp_duration_s", None, "the ramp process needs a duration > 0")
 
 
 @dataclass
@@ -106,6 +113,26 @@ class ValidityConfig:
 
 
 @dataclass
+class SaturationConfig:
+    """The over-saturation detector (llmperf/measure/saturation.py): an open-loop run whose
+    queue grows without bound stops early and is marked "saturated at R req/s"."""
+
+    enabled: bool = True
+    window_s: float = 3.0  # the trailing window the growth is measured over
+    min_waiting: int = 16  # requests waiting for a first token before a verdict
+    max_growth: float = 0.1  # waiting (and TTFT) growth, as a fraction of arrivals, that stops it
+    check_interval_s: float = 0.1
+
+    def __post_init__(self) -> None:
+        _positive(self, "window_s", "max_growth", "check_interval_s", allow_none=False)
+        _positive(self, "min_waiting", allow_none=False)
+        if self.check_interval_s * 3 > self.window_s:
+            raise ConfigError(
+                "check_interval_s", self.check_interval_s, "must be at most window_s / 3"
+            )
+
+
+@dataclass
 class ScenarioConfig:
     name: str = "custom"
     seed: int = 0
@@ -120,6 +147,7 @@ class ScenarioConfig:
     ignore_eos: bool = True  # outputs run to their scheduled length
     temperature: float = 0.0
     validity: ValidityConfig = field(default_factory=ValidityConfig)
+    saturation: SaturationConfig = field(default_factory=SaturationConfig)
 
     def __post_init__(self) -> None:
         _positive(self, "num_requests", "duration_s")

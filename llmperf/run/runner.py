@@ -43,6 +43,7 @@ from llmperf.hardware.registry import resolve_profile
 from llmperf.measure.loadgen import LoadGenerator, LoadResult
 from llmperf.measure.metrics import compute_metrics
 from llmperf.measure.records import RecordWriter, RequestRecord
+from llmperf.measure.saturation import SaturationDetector
 from llmperf.measure.validity import check_validity
 from llmperf.perf.cost import cost_summary
 from llmperf.perf.prediction import prediction_summary
@@ -153,13 +154,18 @@ def drive_load(run: Run) -> None:
             run.records.append(record)
             progress.update(record)
 
-        loadgen = LoadGenerator(run.engine, on_record)
         concurrency = scenario.arrival.concurrency if run.workload.closed_loop else None
+        detector = None
+        if scenario.saturation.enabled and concurrency is None:
+            detector = SaturationDetector(scenario.saturation)
+        loadgen = LoadGenerator(run.engine, on_record, saturation=detector)
         run.load = asyncio.run(
             loadgen.run(warmup, run.workload.requests(), concurrency, scenario.duration_s)
         )
     if run.collector is not None:  # stopped now: its samples move onto the records' clock
         run.collector.rebase(run.load.origin_perf_counter_s)
+    if run.load.saturation is not None:
+        run.console.print(f"[bold red]stopped early: {run.load.saturation.describe()}[/]")
 
 
 def write_step_stats(run: Run) -> None:
@@ -200,10 +206,22 @@ def summarize(run: Run) -> None:
         "valid": False,
         "validity": [],
         "interrupted": run.load.interrupted,
+        **saturation_summary(run.load),
         **compute_metrics(run.records, cfg.scenario.slo),
         "origin_unix_s": run.load.origin_unix_s,
         "origin_perf_counter_s": run.load.origin_perf_counter_s,
         "measure_start_s": run.load.measure_start_s,
+    }
+
+
+def saturation_summary(load: LoadResult) -> dict[str, Any]:
+    verdict = load.saturation
+    if verdict is None:
+        return {"saturated": False, "saturated_at_rps": None, "saturation_detail": None}
+    return {
+        "saturated": True,
+        "saturated_at_rps": verdict.rate_rps,
+        "saturation_detail": verdict.describe(),
     }
 
 
