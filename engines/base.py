@@ -53,6 +53,9 @@ class Request:
     sampling: SamplingParams = field(default_factory=SamplingParams)
     arrival_s: float = 0.0  # intended arrival, seconds from run start
     is_warmup: bool = False
+    session_id: str | None = None  # a multi-turn session's requests share it
+    turn: int = 0  # the turn's index within its session
+    shared_prefix_tokens: int = 0  # leading prompt tokens an earlier request already sent
 
     def __post_init__(self) -> None:
         if self.max_tokens < 1:
@@ -108,6 +111,7 @@ class TokenEvent:
     num_prompt_tokens: int | None = None  # known to the engine; sent on the final event
     num_output_tokens: int | None = None  # authoritative count (e.g. a usage chunk), final event
     scheduled_s: float | None = None  # when the engine first scheduled the request (first event)
+    reasoning: bool = False  # the tokens are reasoning (thinking) content, not the answer
 
 
 @dataclass

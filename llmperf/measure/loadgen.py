@@ -21,9 +21,11 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from engines.base import Engine, Request
+from engines.base import Engine, Request, SamplingParams
 from llmperf.measure.records import RequestRecord
 from llmperf.measure.saturation import Saturation, SaturationDetector
+from llmperf.measure.sessions import run_sessions
+from llmperf.workload.sessions import Session
 
 
 @dataclass
@@ -51,10 +53,12 @@ class LoadGenerator:
         on_record: Callable[[RequestRecord], None],
         spin_s: float = 0.001,
         saturation: SaturationDetector | None = None,
+        record_tokens: bool = False,
     ) -> None:
         self.engine = engine
         self.on_record = on_record
         self.detector = saturation
+        self.record_tokens = record_tokens  # keep prompt and output token ids in each record
         self.saturation: Saturation | None = None
         self._measure_start_s: float | None = None
         # asyncio.sleep wakes up to ~1 ms late (epoll's millisecond timeout); the last
@@ -73,8 +77,10 @@ class LoadGenerator:
         requests: Iterable[Request],
         concurrency: int | None = None,
         duration_s: float | None = None,
+        sessions: SessionLoad | None = None,
     ) -> LoadResult:
-        """Send `warmup`, then `requests` (closed loop when `concurrency` is given).
+        """Send `warmup`, then `requests` (closed loop when `concurrency` is given), or the
+        multi-turn `sessions` instead of `requests`.
 
         `duration_s` stops sending once the measured phase is that old; the requests in
         flight are still awaited.
@@ -88,7 +94,7 @@ class LoadGenerator:
         origin_unix_s = time.time()
         counts = {"measure_start_s": 0.0, "dispatched": 0}
         self._phases = loop.create_task(
-            self._run_phases(warmup, requests, concurrency, duration_s, counts)
+            self._run_phases(warmup, requests, concurrency, duration_s, counts, sessions)
         )
         sigint_handled = _handle_sigint(loop, self.interrupt)
         try:
@@ -133,6 +139,7 @@ class LoadGenerator:
         concurrency: int | None,
         duration_s: float | None,
         counts: dict,
+        sessions: SessionLoad | None = None,
     ) -> None:
         if warmup:
             now = self._now()
@@ -146,7 +153,13 @@ class LoadGenerator:
             if self.detector is not None:
                 watcher = asyncio.get_running_loop().create_task(self._watch_saturation(start_s))
             try:
-                await self._open_loop(requests, start_s, duration_s, counts)
+                if sessions is not None:
+                    await run_sessions(
+                        self, sessions.sessions, sessions.sampling, start_s, duration_s, counts,
+                        sessions.max_concurrent, sessions.max_context_tokens,
+                    )
+                else:
+                    await self._open_loop(requests, start_s, duration_s, counts)
             finally:
                 if watcher is not None:
                     watcher.cancel()
@@ -206,13 +219,19 @@ class LoadGenerator:
 
     # -- one request --------------------------------------------------------------------
 
+    async def dispatch(self, request: Request, arrival_s: float) -> tuple[RequestRecord, list[int]]:
+        """Send one request now and wait for it: its record and its output token ids."""
+        if self.detector is not None:
+            self.detector.on_dispatch(request.arrival_s)
+        return await self._spawn(request, arrival_s)
+
     def _spawn(self, request: Request, arrival_s: float) -> asyncio.Task:
         task = asyncio.get_running_loop().create_task(self._issue(request, arrival_s))
         self._inflight.add(task)
         task.add_done_callback(self._inflight.discard)
         return task
 
-    async def _issue(self, request: Request, arrival_s: float) -> None:
+    async def _issue(self, request: Request, arrival_s: float) -> tuple[RequestRecord, list[int]]:
         record = RequestRecord(
             id=request.id,
             arrival_s=arrival_s,
@@ -221,7 +240,11 @@ class LoadGenerator:
             end_s=0.0,
             input_tokens=len(request.prompt_token_ids or ()),
             warmup=request.is_warmup,
+            session_id=request.session_id,
+            turn=request.turn,
+            shared_prefix_tokens=request.shared_prefix_tokens,
         )
+        output_ids: list[int] = []
         last_event_s = record.dispatch_s
         try:
             stream = self.engine.stream(request)
@@ -235,6 +258,11 @@ class LoadGenerator:
                             self._note_first_token(request, arrival_s, last_event_s)
                         record.token_times_s.append(last_event_s)
                         record.output_tokens += len(event.token_ids)
+                        output_ids.extend(event.token_ids)
+                        if event.reasoning:
+                            record.reasoning_tokens += len(event.token_ids)
+                        elif record.first_answer_token_s is None:
+                            record.first_answer_token_s = last_event_s
                     if event.finished:
                         record.finish_reason = event.finish_reason
                         record.error = event.error
@@ -254,7 +282,11 @@ class LoadGenerator:
             record.finish_reason, record.error = "error", f"{type(err).__name__}: {err}"
             last_event_s = self._now()
         finally:
+            if self.record_tokens:
+                record.prompt_token_ids = list(request.prompt_token_ids or ())
+                record.output_token_ids = output_ids
             self._close(record, last_event_s)
+        return record, output_ids
 
     def _note_first_token(self, request: Request, arrival_s: float, received_s: float) -> None:
         if self.detector is not None and not request.is_warmup and self._measure_start_s is not None:
@@ -280,6 +312,16 @@ class LoadGenerator:
             await asyncio.sleep(delay_s - self.spin_s)
         while self._now() < target_s:
             await asyncio.sleep(0)
+
+
+@dataclass
+class SessionLoad:
+    """Multi-turn sessions for the measured phase (see llmperf/measure/sessions.py)."""
+
+    sessions: Iterable[Session]
+    sampling: SamplingParams
+    max_concurrent: int | None = None
+    max_context_tokens: int | None = None
 
 
 def _handle_sigint(loop: asyncio.AbstractEventLoop, callback: Callable[[], None]) -> bool:

@@ -25,6 +25,13 @@ class RequestRecord:
     error: str | None = None
     warmup: bool = False
     admitted_s: float | None = None  # the engine took it from its queue, if the engine tells
+    session_id: str | None = None  # multi-turn sessions: the session and the turn's index
+    turn: int = 0
+    shared_prefix_tokens: int = 0  # leading prompt tokens an earlier request already sent
+    reasoning_tokens: int = 0  # of output_tokens, those streamed as reasoning content
+    first_answer_token_s: float | None = None  # first token that is not reasoning
+    prompt_token_ids: list[int] | None = None  # with scenario.record_tokens only
+    output_token_ids: list[int] | None = None
 
     @property
     def ok(self) -> bool:

@@ -133,6 +133,44 @@ class SaturationConfig:
 
 
 @dataclass
+class PrefixConfig:
+    """Synthetic shared prefixes: each prompt starts with one of `groups` system prompts of
+    `length` tokens (picked at random), then its own `prompt_tokens` tokens."""
+
+    groups: int = 0  # 0: no shared prefix
+    length: int = 0
+    block_tokens: int = 16  # the prefix cache's block: only whole blocks are reused
+
+    def __post_init__(self) -> None:
+        _positive(self, "groups", "length", allow_none=False, strict=False)
+        _positive(self, "block_tokens", allow_none=False)
+        if self.groups and not self.length:
+            raise ConfigError("length", self.length, "shared prefixes need a length > 0")
+
+
+THINK_TIMES = ("fixed", "exponential", "uniform")
+
+
+@dataclass
+class SessionConfig:
+    """Multi-turn sessions: the arrival process starts sessions; each turn's prompt is the
+    session's earlier prompts and replies, then the new user message."""
+
+    turns: int = 0  # 0: single requests; n: n turns a session (a dataset: its own turns, at most n)
+    think_time: str = "exponential"  # fixed | exponential | uniform: seconds between a reply and the next turn
+    think_time_s: float = 1.0  # fixed: the value; exponential: the mean; uniform: 0..2x the mean
+    max_concurrent: int | None = None  # sessions open at once; more wait for a free slot
+    max_context_tokens: int | None = None  # a session ends before a turn that would not fit
+
+    def __post_init__(self) -> None:
+        _positive(self, "turns", allow_none=False, strict=False)
+        _positive(self, "think_time_s", allow_none=False, strict=False)
+        _positive(self, "max_concurrent", "max_context_tokens")
+        if self.think_time not in THINK_TIMES:
+            raise ConfigError("think_time", self.think_time, "unknown think-time distribution", THINK_TIMES)
+
+
+@dataclass
 class ScenarioConfig:
     name: str = "custom"
     seed: int = 0
@@ -148,6 +186,9 @@ class ScenarioConfig:
     temperature: float = 0.0
     validity: ValidityConfig = field(default_factory=ValidityConfig)
     saturation: SaturationConfig = field(default_factory=SaturationConfig)
+    prefix: PrefixConfig = field(default_factory=PrefixConfig)
+    sessions: SessionConfig = field(default_factory=SessionConfig)
+    record_tokens: bool = False  # requests.jsonl keeps each request's prompt and output token ids
 
     def __post_init__(self) -> None:
         _positive(self, "num_requests", "duration_s")
@@ -160,6 +201,13 @@ class ScenarioConfig:
         uses_dataset = "dataset" in (self.prompt_tokens.dist, self.output_tokens.dist)
         if uses_dataset and not self.dataset:
             raise ConfigError("dataset", self.dataset, "dist: dataset needs a dataset file")
+        if self.sessions.turns and ARRIVALS[self.arrival.process].closed_loop:
+            raise ConfigError(
+                "sessions.turns", self.sessions.turns,
+                "sessions arrive by an open arrival process (cap them with sessions.max_concurrent)",
+            )
+        if self.sessions.turns and self.arrival.process == "trace":
+            raise ConfigError("sessions.turns", self.sessions.turns, "a trace is replayed as it is")
         if self.dataset and not uses_dataset:
             raise ConfigError(
                 "dataset",
@@ -271,9 +319,11 @@ class SyntheticEngineConfig(EngineConfig):
     jitter: float = 0.0  # each delay is scaled by 1 + jitter x U(-1, 1)
     max_concurrency: int | None = None  # requests beyond it wait in a queue
     seed: int = 0
+    reasoning_tokens: int = 0  # the first n output tokens stream as reasoning content
 
     def __post_init__(self) -> None:
         _positive(self, "ttft_s", "prefill_s_per_token", "tpot_s", strict=False, allow_none=False)
+        _positive(self, "reasoning_tokens", strict=False, allow_none=False)
         _positive(self, "max_concurrency")
         if not 0.0 <= self.jitter < 1.0:
             raise ConfigError("jitter", self.jitter, "must be in [0, 1)")
