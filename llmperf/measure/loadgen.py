@@ -19,13 +19,16 @@ import gc
 import signal
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from engines.base import Engine, Request, SamplingParams
 from llmperf.measure.records import RequestRecord
 from llmperf.measure.saturation import Saturation, SaturationDetector
 from llmperf.measure.sessions import run_sessions
 from llmperf.workload.sessions import Session
+
+
+LOOP_PROBE_INTERVAL_S = 0.01
 
 
 @dataclass
@@ -38,6 +41,7 @@ class LoadResult:
     num_dispatched: int  # measured requests sent
     interrupted: bool
     saturation: Saturation | None = None  # set when the detector stopped the run
+    loop_lag_s: list[float] = field(default_factory=list)  # event-loop lag probes, measured phase
 
 
 class LoadGenerator:
@@ -61,6 +65,7 @@ class LoadGenerator:
         self.record_tokens = record_tokens  # keep prompt and output token ids in each record
         self.saturation: Saturation | None = None
         self._measure_start_s: float | None = None
+        self._loop_lag_s: list[float] = []
         # asyncio.sleep wakes up to ~1 ms late (epoll's millisecond timeout); the last
         # stretch before a send is spent yielding to the loop instead, to cut dispatch lag.
         self.spin_s = spin_s
@@ -117,6 +122,7 @@ class LoadGenerator:
             num_dispatched=counts["dispatched"],
             interrupted=self.interrupted,
             saturation=self.saturation,
+            loop_lag_s=self._loop_lag_s,
         )
 
     def interrupt(self) -> None:
@@ -148,6 +154,21 @@ class LoadGenerator:
             self._flush()
             await asyncio.gather(*tasks)
         counts["measure_start_s"] = start_s = self._measure_start_s = self._now()
+        probe = asyncio.get_running_loop().create_task(self._probe_loop_lag())
+        try:
+            await self._measured_phase(requests, concurrency, duration_s, counts, sessions, start_s)
+        finally:
+            probe.cancel()
+
+    async def _measured_phase(
+        self,
+        requests: Iterable[Request],
+        concurrency: int | None,
+        duration_s: float | None,
+        counts: dict,
+        sessions: SessionLoad | None,
+        start_s: float,
+    ) -> None:
         if concurrency is None:
             watcher = None
             if self.detector is not None:
@@ -206,6 +227,14 @@ class LoadGenerator:
                 await task
 
         await asyncio.gather(*(user() for _ in range(concurrency)))
+
+    async def _probe_loop_lag(self, interval_s: float = LOOP_PROBE_INTERVAL_S) -> None:
+        """How late the event loop wakes a sleeper: a busy loop (callbacks queued behind
+        each other) delays every send and every receive timestamp alike."""
+        while True:
+            target_s = self._now() + interval_s
+            await asyncio.sleep(interval_s)
+            self._loop_lag_s.append(max(self._now() - target_s, 0.0))
 
     async def _watch_saturation(self, start_s: float) -> None:
         interval_s = self.detector.config.check_interval_s

@@ -105,9 +105,12 @@ class ValidityConfig:
     min_duration_s: float = 5.0
     min_completed: int = 20
     max_error_rate: float = 0.01
+    max_dispatch_lag_p99_s: float = 0.05  # past it the client, not the engine, set the pace
+    max_loop_lag_p99_s: float = 0.05  # the load generator's event loop woke this late
 
     def __post_init__(self) -> None:
         _positive(self, "min_duration_s", "min_completed", allow_none=False, strict=False)
+        _positive(self, "max_dispatch_lag_p99_s", "max_loop_lag_p99_s", allow_none=False)
         if not 0.0 <= self.max_error_rate <= 1.0:
             raise ConfigError("max_error_rate", self.max_error_rate, "must be in [0, 1]")
 

@@ -42,7 +42,7 @@ from llmperf.errors import UsageError
 from llmperf.hardware.profile import HardwareProfile
 from llmperf.hardware.registry import resolve_profile
 from llmperf.measure.loadgen import LoadGenerator, LoadResult, SessionLoad
-from llmperf.measure.metrics import compute_metrics, session_metrics
+from llmperf.measure.metrics import compute_metrics, distribution, session_metrics
 from llmperf.measure.records import RecordWriter, RequestRecord
 from llmperf.measure.saturation import SaturationDetector
 from llmperf.measure.validity import check_validity
@@ -234,6 +234,7 @@ def summarize(run: Run) -> None:
         **saturation_summary(run.load),
         **compute_metrics(run.records, cfg.scenario.slo),
         **session_metrics(run.records, cfg.scenario.prefix.block_tokens),
+        "event_loop_lag_s": distribution(run.load.loop_lag_s),
         "origin_unix_s": run.load.origin_unix_s,
         "origin_perf_counter_s": run.load.origin_perf_counter_s,
         "measure_start_s": run.load.measure_start_s,
