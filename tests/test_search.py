@@ -144,3 +144,32 @@ def test_bad_search_input_gives_one_line_and_exit_2(name, capsys):
     assert err.count("\n") == 1 and err.startswith("llmperf-search: error: ")
     for word in words:
         assert word in err
+
+
+def test_search_runs_its_trials_against_an_http_server(tmp_path, capsys):
+    """engine=openai against llmperf-serve (tiny model, in this process): every trial is a
+    normal HTTP run and the capacity is the highest value that met the SLO."""
+    from llmperf.serve.app import build_app
+    from llmperf.serve.server import ServerThread, build_server
+
+    server = build_server({"model": "tiny", "num_kv_blocks": 128, "max_model_len": 256})
+    out = tmp_path / "search"
+    with ServerThread(build_app(server)) as running:
+        main([
+            "slo.ttft_p99_s=2.0", "search.start=2", "search.max_trials=3",
+            f"search.output_dir={out}", "engine=openai", f"engine.base_url={running.base_url}",
+            "engine.model=tiny", "engine.prompt_format=token_ids", "model=tiny",
+            "scenario.arrival.process=constant", "scenario.num_requests=8",
+            "scenario.warmup_requests=1", "scenario.prompt_tokens.dist=fixed",
+            "scenario.prompt_tokens.value=16", "scenario.output_tokens.dist=fixed",
+            "scenario.output_tokens.value=4", "telemetry.enabled=false",
+            "report.enabled=false", "hardware=cpu",
+        ])
+    result = json.loads((out / "search.json").read_text())
+    assert 1 <= result["num_trials"] <= 3
+    passed = [t["value"] for t in result["trials"] if t["passed"]]
+    assert result["capacity"] == (max(passed) if passed else None)
+    for trial in result["trials"]:
+        folder = out / trial["run_dir"].split("/")[-1]
+        summary = json.loads((folder / "summary.json").read_text())
+        assert summary["engine"]["name"] == "openai" and summary["num_completed"] == 8
