@@ -73,3 +73,26 @@ def test_openai_reasoning_deltas_are_events_marked_as_reasoning(field):
     assert [(e.text, e.reasoning, e.time_s) for e in events] == [
         ("hmm", True, 1.0), (" ok", True, 2.0), ("Yes", False, 3.0)]
     assert [len(e.token_ids) for e in events] == [3, 3, 3]
+
+
+def test_multi_token_chunks_count_as_their_tokens_and_itl_is_given_per_chunk_and_per_token():
+    from llmperf.measure.records import RequestRecord
+    from tests.fakes import ScriptedEngine
+
+    engine = ScriptedEngine(lambda request: [(0.01, 1), (0.01, 3), (0.01, 2)])
+    records = []
+    asyncio.run(LoadGenerator(engine, records.append).run(
+        [], [Request(id="c", max_tokens=6, prompt_token_ids=[1])]))
+    assert records[0].output_tokens == 6 and records[0].chunk_tokens == [1, 3, 2]
+    assert len(records[0].token_times_s) == 3
+
+    # Chunks of 1, 3 and 2 tokens at 0.10, 0.16 and 0.20 s: per-chunk gaps 60 and 40 ms;
+    # per token 20 ms three times, then 20 ms twice.
+    record = RequestRecord(id="a", arrival_s=0.0, dispatch_s=0.0, first_token_s=0.1, end_s=0.2,
+                           token_times_s=[0.10, 0.16, 0.20], output_tokens=6,
+                           chunk_tokens=[1, 3, 2], finish_reason="length")
+    summary = compute_metrics([record], SloConfig())
+    assert summary["itl_s"]["mean"] == pytest.approx(0.05)
+    assert summary["itl_per_token_s"]["mean"] == pytest.approx(0.02)
+    assert summary["itl_per_token_s"]["max"] == pytest.approx(0.02)
+    assert summary["tpot_s"]["mean"] == pytest.approx(0.1 / 5)

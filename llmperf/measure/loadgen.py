@@ -286,6 +286,7 @@ class LoadGenerator:
                         if not record.token_times_s:
                             self._note_first_token(request, arrival_s, last_event_s)
                         record.token_times_s.append(last_event_s)
+                        _note_chunk(record, len(event.token_ids))
                         record.output_tokens += len(event.token_ids)
                         output_ids.extend(event.token_ids)
                         if event.reasoning:
@@ -351,6 +352,13 @@ class SessionLoad:
     sampling: SamplingParams
     max_concurrent: int | None = None
     max_context_tokens: int | None = None
+
+
+def _note_chunk(record: RequestRecord, num_tokens: int) -> None:
+    if record.chunk_tokens is not None:
+        record.chunk_tokens.append(num_tokens)
+    elif num_tokens > 1:  # the first multi-token chunk: the earlier ones held one token each
+        record.chunk_tokens = [1] * (len(record.token_times_s) - 1) + [num_tokens]
 
 
 def _handle_sigint(loop: asyncio.AbstractEventLoop, callback: Callable[[], None]) -> bool:

@@ -4,7 +4,10 @@ Definitions (vLLM `bench serve`, except that latencies start at the intended arr
   TTFT      first token received - intended arrival
   E2E       last token received - intended arrival
   TPOT      (E2E - TTFT) / (output_tokens - 1), per request, only when output_tokens > 1
-  ITL       gaps between consecutive token (or chunk) arrivals, pooled over requests
+  ITL       gaps between consecutive token (or chunk) arrivals, pooled over requests: per
+            chunk, as vLLM's `bench serve` reports it
+  ITL per token  each such gap divided by the tokens of the chunk it ends, once per token,
+            so a chunk of n tokens is not read as one slow token
   queue     engine admission - intended arrival, when the engine reports admission
   dispatch lag  handed to the engine - intended arrival (the load generator's own delay)
   TTFT (answer) first answer token received - intended arrival; TTFT counts a token of any
@@ -56,6 +59,13 @@ def tpot_s(r: RequestRecord) -> float | None:
     if r.output_tokens < 2 or ttft is None:
         return None
     return (e2e_s(r) - ttft) / (r.output_tokens - 1)
+
+
+def itl_per_token_s(r: RequestRecord) -> list[float]:
+    gaps = np.diff(r.token_times_s)
+    if r.chunk_tokens is None:
+        return gaps.tolist()
+    return [g / n for g, n in zip(gaps, r.chunk_tokens[1:], strict=True) for _ in range(n)]
 
 
 def meets_slo(r: RequestRecord, slo: SloConfig) -> bool:
@@ -135,6 +145,7 @@ def compute_metrics(records: Iterable[RequestRecord], slo: SloConfig) -> dict[st
         ),
         "tpot_s": distribution([t for r in completed if (t := tpot_s(r)) is not None]),
         "itl_s": distribution([g for r in completed for g in np.diff(r.token_times_s)]),
+        "itl_per_token_s": distribution([g for r in completed for g in itl_per_token_s(r)]),
         "e2e_s": distribution([e2e_s(r) for r in completed]),
         "queue_s": distribution(
             [r.admitted_s - r.arrival_s for r in completed if r.admitted_s is not None]

@@ -19,6 +19,9 @@ class RequestRecord:
     first_token_s: float | None  # first token (or chunk) received
     end_s: float  # last token received; for a request with no token, when its stream ended
     token_times_s: list[float] = field(default_factory=list)  # one per token-carrying event
+    # Tokens in each of those events, kept only once one carried several (a chunk of a
+    # speculative decoder or of a server's stream interval); null: one token each.
+    chunk_tokens: list[int] | None = None
     input_tokens: int = 0
     output_tokens: int = 0
     finish_reason: str | None = None  # "length", "stop", "abort" or "error"
