@@ -53,6 +53,9 @@ class Request:
     sampling: SamplingParams = field(default_factory=SamplingParams)
     arrival_s: float = 0.0  # intended arrival, seconds from run start
     is_warmup: bool = False
+    session_id: str | None = None  # a multi-turn session's requests share it
+    turn: int = 0  # the turn's index within its session
+    shared_prefix_tokens: int = 0  # leading prompt tokens an earlier request already sent
 
     def __post_init__(self) -> None:
         if self.max_tokens < 1:
@@ -112,6 +115,7 @@ class TokenEvent:
     # the load generator's loop (HTTP, on its own thread); None: the load generator stamps
     # the event when it takes it, which includes any delay of its own loop.
     received_s: float | None = None
+    reasoning: bool = False  # the tokens are reasoning (thinking) content, not the answer
 
 
 @dataclass

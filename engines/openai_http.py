@@ -333,6 +333,11 @@ class _StreamState:
         for choice in chunk.get("choices") or ():
             text = choice_text(choice)
             self.finish_reason = choice.get("finish_reason") or self.finish_reason
+            thought = reasoning_text(choice)
+            if thought:
+                self.texts.append(thought)
+                ids = tuple(tokenizer.encode(thought)) or (UNKNOWN_TOKEN_ID,)
+                events.append(TokenEvent(self.request.id, ids, now, text=thought, reasoning=True))
             if text is None:
                 continue
             self.texts.append(text)
@@ -365,9 +370,18 @@ def choice_text(choice: dict[str, Any]) -> str | None:
     content = delta.get("content") or ""
     if not content and delta.get("role") and choice.get("finish_reason") is None:
         return None
+    if not content and reasoning_text(choice):
+        return None  # a reasoning delta: counted by reasoning_text
     if "content" not in delta and choice.get("finish_reason") is not None:
         return None  # an end marker with an empty delta
     return content
+
+
+def reasoning_text(choice: dict[str, Any]) -> str:
+    """The reasoning a chat delta adds: vLLM's and DeepSeek's `reasoning_content`, or the
+    `reasoning` field of newer servers; empty when none."""
+    delta = choice.get("delta") or {}
+    return delta.get("reasoning_content") or delta.get("reasoning") or ""
 
 
 def error_message(raw: bytes | str) -> str:

@@ -3,7 +3,8 @@
 It answers each request after a latency model instead of a forward pass:
     first token at  admission + ttft_s + prefill_s_per_token x prompt tokens
     token k (k>=1)  one tpot_s after token k-1
-each delay scaled by 1 + jitter x U(-1, 1). With `max_concurrency` set, requests
+each delay scaled by 1 + jitter x U(-1, 1). The first `reasoning_tokens` tokens of each
+output are marked as reasoning content (a thinking model). With `max_concurrency` set, requests
 beyond it wait in a FIFO queue (their admission time is when they leave it).
 Everything runs on the caller's asyncio loop; with every latency 0 it answers at once.
 Deadlines are absolute, so the sleeps' overshoot does not add up over a long output.
@@ -49,6 +50,7 @@ class SyntheticEngine:
         jitter: float = 0.0,
         max_concurrency: int | None = None,
         seed: int = 0,
+        reasoning_tokens: int = 0,
     ) -> None:
         if min(ttft_s, prefill_s_per_token, tpot_s) < 0:
             raise ValueError("synthetic latencies must be >= 0")
@@ -56,6 +58,9 @@ class SyntheticEngine:
             raise ValueError(f"jitter must be in [0, 1), got {jitter}")
         if max_concurrency is not None and max_concurrency < 1:
             raise ValueError(f"max_concurrency must be >= 1, got {max_concurrency}")
+        if reasoning_tokens < 0:
+            raise ValueError(f"reasoning_tokens must be >= 0, got {reasoning_tokens}")
+        self.reasoning_tokens = reasoning_tokens
         self.model = model
         self.ttft_s = ttft_s
         self.prefill_s_per_token = prefill_s_per_token
@@ -89,6 +94,7 @@ class SyntheticEngine:
                 "jitter": self.jitter,
                 "max_concurrency": self.max_concurrency,
                 "seed": self.seed,
+                "reasoning_tokens": self.reasoning_tokens,
             },
         }
 
@@ -128,6 +134,7 @@ class SyntheticEngine:
                 num_prompt_tokens=num_prompt if last else None,
                 num_output_tokens=len(tokens) if last else None,
                 scheduled_s=admitted if k == 0 else None,
+                reasoning=k < self.reasoning_tokens,
             )
 
     def _scaled(self, delay_s: float) -> float:

@@ -20,7 +20,8 @@ from tests.fakes import E2E_ENGINES, ENGINE_OVERRIDES
 
 PRESETS = sorted(p.stem for p in (Path(scenarios.__file__).parent / "scenario").glob("*.yaml"))
 QUICK = ["scenario.num_requests=8", "scenario.warmup_requests=1", "scenario.arrival.rate_rps=100"]
-QUICK_PRESET = {"trace": ["scenario.num_requests=12", "scenario.arrival.trace_speedup=20"]}
+QUICK_PRESET = {"trace": ["scenario.num_requests=12", "scenario.arrival.trace_speedup=20"],
+                "multiturn": ["scenario.sessions.think_time_s=0.01"]}
 SUMMARY_KEYS = {
     "schema_version",
     "engine",

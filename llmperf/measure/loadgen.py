@@ -12,7 +12,9 @@ TTFT or ITL; otherwise an event is stamped when this loop takes it. Both stamps 
 `time.perf_counter()`; a receipt time outside the request's dispatch..now is on another
 clock, and fails the request rather than skewing its figures. The first SIGINT
 stops sending, aborts the requests in flight (recorded with error "interrupted") and
-returns what was measured; `LoadResult.interrupted` says so.
+returns what was measured; `LoadResult.interrupted` says so. An open-loop run given a
+`SaturationDetector` stops the same way once the engine's queue grows without bound
+(error "saturated"); `LoadResult.saturation` says when and at what rate.
 """
 
 from __future__ import annotations
@@ -22,10 +24,15 @@ import gc
 import signal
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from engines.base import Engine, Request, TokenEvent
+from engines.base import Engine, Request, SamplingParams, TokenEvent
 from llmperf.measure.records import RequestRecord
+from llmperf.measure.saturation import Saturation, SaturationDetector
+from llmperf.measure.sessions import run_sessions
+from llmperf.workload.sessions import Session
+
+LOOP_PROBE_INTERVAL_S = 0.01
 
 
 @dataclass
@@ -37,6 +44,8 @@ class LoadResult:
     num_warmup: int
     num_dispatched: int  # measured requests sent
     interrupted: bool
+    saturation: Saturation | None = None  # set when the detector stopped the run
+    loop_lag_s: list[float] = field(default_factory=list)  # event-loop lag probes, measured phase
 
 
 class LoadGenerator:
@@ -51,9 +60,16 @@ class LoadGenerator:
         engine: Engine,
         on_record: Callable[[RequestRecord], None],
         spin_s: float = 0.001,
+        saturation: SaturationDetector | None = None,
+        record_tokens: bool = False,
     ) -> None:
         self.engine = engine
         self.on_record = on_record
+        self.detector = saturation
+        self.record_tokens = record_tokens  # keep prompt and output token ids in each record
+        self.saturation: Saturation | None = None
+        self._measure_start_s: float | None = None
+        self._loop_lag_s: list[float] = []
         # asyncio.sleep wakes up to ~1 ms late (epoll's millisecond timeout); the last
         # stretch before a send is spent yielding to the loop instead, to cut dispatch lag.
         self.spin_s = spin_s
@@ -70,8 +86,10 @@ class LoadGenerator:
         requests: Iterable[Request],
         concurrency: int | None = None,
         duration_s: float | None = None,
+        sessions: SessionLoad | None = None,
     ) -> LoadResult:
-        """Send `warmup`, then `requests` (closed loop when `concurrency` is given).
+        """Send `warmup`, then `requests` (closed loop when `concurrency` is given), or the
+        multi-turn `sessions` instead of `requests`.
 
         `duration_s` stops sending once the measured phase is that old; the requests in
         flight are still awaited.
@@ -85,13 +103,13 @@ class LoadGenerator:
         origin_unix_s = time.time()
         counts = {"measure_start_s": 0.0, "dispatched": 0}
         self._phases = loop.create_task(
-            self._run_phases(warmup, requests, concurrency, duration_s, counts)
+            self._run_phases(warmup, requests, concurrency, duration_s, counts, sessions)
         )
         sigint_handled = _handle_sigint(loop, self.interrupt)
         try:
             await self._phases
         except asyncio.CancelledError:
-            if not self.interrupted:
+            if not (self.interrupted or self.saturation):
                 raise
         finally:
             gc.unfreeze()
@@ -107,11 +125,16 @@ class LoadGenerator:
             num_warmup=len(warmup),
             num_dispatched=counts["dispatched"],
             interrupted=self.interrupted,
+            saturation=self.saturation,
+            loop_lag_s=self._loop_lag_s,
         )
 
     def interrupt(self) -> None:
         """Stop sending and abort what is in flight (safe to call more than once)."""
         self.interrupted = True
+        self._stop()
+
+    def _stop(self) -> None:
         if self._phases is not None:
             self._phases.cancel()
         for task in list(self._inflight):
@@ -126,6 +149,7 @@ class LoadGenerator:
         concurrency: int | None,
         duration_s: float | None,
         counts: dict,
+        sessions: SessionLoad | None = None,
     ) -> None:
         if warmup:
             now = self._now()
@@ -133,9 +157,37 @@ class LoadGenerator:
             await asyncio.sleep(0)  # let them reach the engine
             self._flush()
             await asyncio.gather(*tasks)
-        counts["measure_start_s"] = start_s = self._now()
+        counts["measure_start_s"] = start_s = self._measure_start_s = self._now()
+        probe = asyncio.get_running_loop().create_task(self._probe_loop_lag())
+        try:
+            await self._measured_phase(requests, concurrency, duration_s, counts, sessions, start_s)
+        finally:
+            probe.cancel()
+
+    async def _measured_phase(
+        self,
+        requests: Iterable[Request],
+        concurrency: int | None,
+        duration_s: float | None,
+        counts: dict,
+        sessions: SessionLoad | None,
+        start_s: float,
+    ) -> None:
         if concurrency is None:
-            await self._open_loop(requests, start_s, duration_s, counts)
+            watcher = None
+            if self.detector is not None:
+                watcher = asyncio.get_running_loop().create_task(self._watch_saturation(start_s))
+            try:
+                if sessions is not None:
+                    await run_sessions(
+                        self, sessions.sessions, sessions.sampling, start_s, duration_s, counts,
+                        sessions.max_concurrent, sessions.max_context_tokens,
+                    )
+                else:
+                    await self._open_loop(requests, start_s, duration_s, counts)
+            finally:
+                if watcher is not None:
+                    watcher.cancel()
         else:
             await self._closed_loop(requests, concurrency, start_s, duration_s, counts)
 
@@ -149,6 +201,8 @@ class LoadGenerator:
             await self._sleep_until(arrival_s)
             self._spawn(request, arrival_s)
             counts["dispatched"] += 1
+            if self.detector is not None:
+                self.detector.on_dispatch(request.arrival_s)
             await asyncio.sleep(0)  # let it reach the engine before the next request is built
         self._flush()  # no more requests are coming
         while self._inflight:
@@ -178,7 +232,31 @@ class LoadGenerator:
 
         await asyncio.gather(*(user() for _ in range(concurrency)))
 
+    async def _probe_loop_lag(self, interval_s: float = LOOP_PROBE_INTERVAL_S) -> None:
+        """How late the event loop wakes a sleeper: a busy loop (callbacks queued behind
+        each other) delays every send and every receive timestamp alike."""
+        while True:
+            target_s = self._now() + interval_s
+            await asyncio.sleep(interval_s)
+            self._loop_lag_s.append(max(self._now() - target_s, 0.0))
+
+    async def _watch_saturation(self, start_s: float) -> None:
+        interval_s = self.detector.config.check_interval_s
+        while True:
+            await asyncio.sleep(interval_s)
+            verdict = self.detector.check(self._now() - start_s)
+            if verdict is not None:
+                self.saturation = verdict
+                self._stop()
+                return
+
     # -- one request --------------------------------------------------------------------
+
+    async def dispatch(self, request: Request, arrival_s: float) -> tuple[RequestRecord, list[int]]:
+        """Send one request now and wait for it: its record and its output token ids."""
+        if self.detector is not None:
+            self.detector.on_dispatch(request.arrival_s)
+        return await self._spawn(request, arrival_s)
 
     def _spawn(self, request: Request, arrival_s: float) -> asyncio.Task:
         task = asyncio.get_running_loop().create_task(self._issue(request, arrival_s))
@@ -186,7 +264,7 @@ class LoadGenerator:
         task.add_done_callback(self._inflight.discard)
         return task
 
-    async def _issue(self, request: Request, arrival_s: float) -> None:
+    async def _issue(self, request: Request, arrival_s: float) -> tuple[RequestRecord, list[int]]:
         record = RequestRecord(
             id=request.id,
             arrival_s=arrival_s,
@@ -195,7 +273,11 @@ class LoadGenerator:
             end_s=0.0,
             input_tokens=len(request.prompt_token_ids or ()),
             warmup=request.is_warmup,
+            session_id=request.session_id,
+            turn=request.turn,
+            shared_prefix_tokens=request.shared_prefix_tokens,
         )
+        output_ids: list[int] = []
         last_event_s = record.dispatch_s
         try:
             stream = self.engine.stream(request)
@@ -205,8 +287,16 @@ class LoadGenerator:
                     if event.scheduled_s is not None:
                         record.admitted_s = event.scheduled_s - self._origin_s
                     if event.token_ids:
+                        if not record.token_times_s:
+                            self._note_first_token(request, arrival_s, last_event_s)
                         record.token_times_s.append(last_event_s)
+                        _note_chunk(record, len(event.token_ids))
                         record.output_tokens += len(event.token_ids)
+                        output_ids.extend(event.token_ids)
+                        if event.reasoning:
+                            record.reasoning_tokens += len(event.token_ids)
+                        elif record.first_answer_token_s is None:
+                            record.first_answer_token_s = last_event_s
                     if event.finished:
                         record.finish_reason = event.finish_reason
                         record.error = event.error
@@ -218,16 +308,28 @@ class LoadGenerator:
                 if aclose is not None:
                     await aclose()
         except asyncio.CancelledError:
-            record.finish_reason, record.error = "abort", "interrupted"
+            record.finish_reason = "abort"
+            record.error = "saturated" if self.saturation else "interrupted"
             last_event_s = self._now()
             raise
         except Exception as err:  # an engine failure is a failed request, not a failed run
             record.finish_reason, record.error = "error", f"{type(err).__name__}: {err}"
             last_event_s = self._now()
         finally:
+            if self.record_tokens:
+                record.prompt_token_ids = list(request.prompt_token_ids or ())
+                record.output_token_ids = output_ids
             self._close(record, last_event_s)
+        return record, output_ids
+
+    def _note_first_token(self, request: Request, arrival_s: float, received_s: float) -> None:
+        if self.detector is not None and not request.is_warmup and self._measure_start_s is not None:
+            start_s = self._measure_start_s
+            self.detector.on_first_token(arrival_s - start_s, received_s - start_s)
 
     def _close(self, record: RequestRecord, last_event_s: float) -> None:
+        if self.detector is not None and not record.warmup and not record.token_times_s:
+            self.detector.on_end_without_token()
         times = record.token_times_s
         record.first_token_s = times[0] if times else None
         record.end_s = times[-1] if times else last_event_s
@@ -257,6 +359,23 @@ class LoadGenerator:
             await asyncio.sleep(delay_s - self.spin_s)
         while self._now() < target_s:
             await asyncio.sleep(0)
+
+
+@dataclass
+class SessionLoad:
+    """Multi-turn sessions for the measured phase (see llmperf/measure/sessions.py)."""
+
+    sessions: Iterable[Session]
+    sampling: SamplingParams
+    max_concurrent: int | None = None
+    max_context_tokens: int | None = None
+
+
+def _note_chunk(record: RequestRecord, num_tokens: int) -> None:
+    if record.chunk_tokens is not None:
+        record.chunk_tokens.append(num_tokens)
+    elif num_tokens > 1:  # the first multi-token chunk: the earlier ones held one token each
+        record.chunk_tokens = [1] * (len(record.token_times_s) - 1) + [num_tokens]
 
 
 def _handle_sigint(loop: asyncio.AbstractEventLoop, callback: Callable[[], None]) -> bool:

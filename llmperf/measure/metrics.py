@@ -4,9 +4,15 @@ Definitions (vLLM `bench serve`, except that latencies start at the intended arr
   TTFT      first token received - intended arrival
   E2E       last token received - intended arrival
   TPOT      (E2E - TTFT) / (output_tokens - 1), per request, only when output_tokens > 1
-  ITL       gaps between consecutive token (or chunk) arrivals, pooled over requests
+  ITL       gaps between consecutive token (or chunk) arrivals, pooled over requests: per
+            chunk, as vLLM's `bench serve` reports it
+  ITL per token  each such gap divided by the tokens of the chunk it ends, once per token,
+            so a chunk of n tokens is not read as one slow token
   queue     engine admission - intended arrival, when the engine reports admission
   dispatch lag  handed to the engine - intended arrival (the load generator's own delay)
+  TTFT (answer) first answer token received - intended arrival; TTFT counts a token of any
+                kind, so with reasoning output the two differ by the thinking time
+  reasoning / answer tokens  output tokens streamed as reasoning content / the rest
 Latencies use completed measured requests; dispatch lag uses every measured request.
 The measured window runs from the first measured arrival to the last measured end;
 throughputs and goodput divide by its length.
@@ -19,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from llmperf.measure.prefix_reuse import expected_hit_rate
 from llmperf.measure.records import RequestRecord
 from llmperf.run.config import SloConfig
 
@@ -39,6 +46,10 @@ def ttft_s(r: RequestRecord) -> float | None:
     return None if r.first_token_s is None else r.first_token_s - r.arrival_s
 
 
+def ttft_answer_s(r: RequestRecord) -> float | None:
+    return None if r.first_answer_token_s is None else r.first_answer_token_s - r.arrival_s
+
+
 def e2e_s(r: RequestRecord) -> float:
     return r.end_s - r.arrival_s
 
@@ -48,6 +59,13 @@ def tpot_s(r: RequestRecord) -> float | None:
     if r.output_tokens < 2 or ttft is None:
         return None
     return (e2e_s(r) - ttft) / (r.output_tokens - 1)
+
+
+def itl_per_token_s(r: RequestRecord) -> list[float]:
+    gaps = np.diff(r.token_times_s)
+    if r.chunk_tokens is None:
+        return gaps.tolist()
+    return [g / n for g, n in zip(gaps, r.chunk_tokens[1:], strict=True) for _ in range(n)]
 
 
 def meets_slo(r: RequestRecord, slo: SloConfig) -> bool:
@@ -65,6 +83,26 @@ def meets_slo(r: RequestRecord, slo: SloConfig) -> bool:
     )
 
 
+def session_metrics(records: Iterable[RequestRecord], block_tokens: int) -> dict[str, Any]:
+    """Figures of multi-turn and shared-prefix workloads (absent from other runs).
+
+    `ttft_s_by_turn`: TTFT's distribution per turn index ("0", "1", ...), completed measured
+    requests. `prefix_cache_hit_rate_expected`: see llmperf/measure/prefix_reuse.py.
+    """
+    measured = [r for r in records if not r.warmup]
+    out: dict[str, Any] = {}
+    if any(r.session_id is not None for r in measured):
+        by_turn: dict[int, list[float]] = {}
+        for r in measured:
+            if r.ok and (t := ttft_s(r)) is not None:
+                by_turn.setdefault(r.turn, []).append(t)
+        out["num_sessions"] = len({r.session_id for r in measured})
+        out["ttft_s_by_turn"] = {str(k): distribution(v) for k, v in sorted(by_turn.items())}
+    if any(r.shared_prefix_tokens for r in measured):
+        out["prefix_cache_hit_rate_expected"] = expected_hit_rate(measured, block_tokens)
+    return out
+
+
 def compute_metrics(records: Iterable[RequestRecord], slo: SloConfig) -> dict[str, Any]:
     """summary.json's figures from the records; warmup records are left out."""
     records = list(records)
@@ -79,6 +117,7 @@ def compute_metrics(records: Iterable[RequestRecord], slo: SloConfig) -> dict[st
     duration_s = (window_end_s - window_start_s) if measured else 0.0
     input_total = sum(r.input_tokens for r in completed)
     output_total = sum(r.output_tokens for r in completed)
+    reasoning_total = sum(r.reasoning_tokens for r in completed)
     num_good = sum(meets_slo(r, slo) for r in completed)
 
     def per_second(count: float) -> float | None:
@@ -98,9 +137,15 @@ def compute_metrics(records: Iterable[RequestRecord], slo: SloConfig) -> dict[st
         "total_throughput_tps": per_second(input_total + output_total),
         "input_tokens_total": input_total,
         "output_tokens_total": output_total,
+        "reasoning_tokens_total": reasoning_total,
+        "answer_tokens_total": output_total - reasoning_total,
         "ttft_s": distribution([t for r in completed if (t := ttft_s(r)) is not None]),
+        "ttft_answer_s": distribution(
+            [t for r in completed if (t := ttft_answer_s(r)) is not None]
+        ),
         "tpot_s": distribution([t for r in completed if (t := tpot_s(r)) is not None]),
         "itl_s": distribution([g for r in completed for g in np.diff(r.token_times_s)]),
+        "itl_per_token_s": distribution([g for r in completed for g in itl_per_token_s(r)]),
         "e2e_s": distribution([e2e_s(r) for r in completed]),
         "queue_s": distribution(
             [r.admitted_s - r.arrival_s for r in completed if r.admitted_s is not None]

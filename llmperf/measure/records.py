@@ -19,12 +19,22 @@ class RequestRecord:
     first_token_s: float | None  # first token (or chunk) received
     end_s: float  # last token received; for a request with no token, when its stream ended
     token_times_s: list[float] = field(default_factory=list)  # one per token-carrying event
+    # Tokens in each of those events, kept only once one carried several (a chunk of a
+    # speculative decoder or of a server's stream interval); null: one token each.
+    chunk_tokens: list[int] | None = None
     input_tokens: int = 0
     output_tokens: int = 0
     finish_reason: str | None = None  # "length", "stop", "abort" or "error"
     error: str | None = None
     warmup: bool = False
     admitted_s: float | None = None  # the engine took it from its queue, if the engine tells
+    session_id: str | None = None  # multi-turn sessions: the session and the turn's index
+    turn: int = 0
+    shared_prefix_tokens: int = 0  # leading prompt tokens an earlier request already sent
+    reasoning_tokens: int = 0  # of output_tokens, those streamed as reasoning content
+    first_answer_token_s: float | None = None  # first token that is not reasoning
+    prompt_token_ids: list[int] | None = None  # with scenario.record_tokens only
+    output_token_ids: list[int] | None = None
 
     @property
     def ok(self) -> bool:

@@ -67,6 +67,32 @@ def not_interrupted(summary: dict[str, Any], criteria: ValidityConfig) -> Check:
     )
 
 
+def not_saturated(summary: dict[str, Any], criteria: ValidityConfig) -> Check:
+    """A run stopped by the over-saturation detector measured a queue, not the engine."""
+    if not summary.get("saturated"):
+        return Check("not_saturated", True, "the offered load was held")
+    return Check("not_saturated", False, summary["saturation_detail"])
+
+
+def client_not_saturated(summary: dict[str, Any], criteria: ValidityConfig) -> Check:
+    """The load generator kept up: requests went out on time (dispatch lag) and its event
+    loop woke on time (a late loop delays sends and stamps receipts late alike)."""
+    dispatch = (summary.get("dispatch_lag_s") or {}).get("p99")
+    loop = (summary.get("event_loop_lag_s") or {}).get("p99")
+    late = []
+    if dispatch is not None and dispatch > criteria.max_dispatch_lag_p99_s:
+        late.append(f"dispatch lag p99 {dispatch * 1e3:.1f} ms > "
+                    f"{criteria.max_dispatch_lag_p99_s * 1e3:g} ms")
+    if loop is not None and loop > criteria.max_loop_lag_p99_s:
+        late.append(f"event-loop lag p99 {loop * 1e3:.1f} ms > "
+                    f"{criteria.max_loop_lag_p99_s * 1e3:g} ms")
+    if late:
+        return Check("client_not_saturated", False, "client saturated: " + "; ".join(late))
+    shown = ", ".join(f"{name} p99 {v * 1e3:.2f} ms" for name, v in
+                      (("dispatch lag", dispatch), ("event-loop lag", loop)) if v is not None)
+    return Check("client_not_saturated", True, shown or "nothing dispatched")
+
+
 def no_throttling(summary: dict[str, Any], criteria: ValidityConfig) -> Check:
     """Clocks held down by power, heat or the board (NVML) make figures unrepresentative."""
     throttled = summary.get("throttled")
@@ -82,6 +108,8 @@ CHECKS: list[Callable[[dict[str, Any], ValidityConfig], Check]] = [
     min_completed,
     error_rate,
     not_interrupted,
+    not_saturated,
+    client_not_saturated,
     no_throttling,
 ]
 

@@ -11,6 +11,7 @@ from llmperf.report.folder import RUN_FILES, RunFolder, load_run_folder
 from llmperf.report.plotting import Plot, clear_plots, render
 from llmperf.report.render import write_page
 from llmperf.report.run_plots import RUN_PLOTS
+from llmperf.report.session_plots import SESSION_PLOTS, has_sessions
 
 REPORT_FILE = "report.html"
 
@@ -34,6 +35,9 @@ def banners(run: RunFolder) -> list[Banner]:
         out.append(Banner("partial", "PARTIAL RUN: interrupted before the end", [
             f"The figures cover the {summary.get('num_completed', '?')} requests completed of the"
             f" {summary.get('num_requests', '?')} measured before it stopped."]))
+    if summary.get("saturated"):
+        out.append(Banner("partial", f"SATURATED: stopped early at "
+                          f"{summary['saturated_at_rps']:.3g} req/s", [summary["saturation_detail"]]))
     failed = figures.failed_checks(summary)
     if summary.get("valid") is False:
         out.append(Banner("bad", "NOT VALID: do not trust these figures",
@@ -51,8 +55,9 @@ def run_heading(run: RunFolder) -> str:
 
 
 def run_plots(run: RunFolder, folder: Path) -> list[Plot]:
+    plots = RUN_PLOTS + (SESSION_PLOTS if has_sessions(run) else ())
     return [render(folder, name, title, lambda make=make: make(run))
-            for name, title, make in RUN_PLOTS]
+            for name, title, make in plots]
 
 
 def build_run_report(run_dir: Path) -> Path:

@@ -39,6 +39,9 @@ class ArrivalConfig:
     concurrency: int | None = None  # closed: requests in flight at all times
     trace_path: str | None = None  # trace: JSONL or CSV (see llmperf/workload/trace.py)
     trace_speedup: float = 1.0  # trace: replay this many times faster
+    ramp_start_rps: float = 0.0  # ramp: the rate at t=0; rate_rps is the rate it rises to
+    ramp_duration_s: float | None = None  # ramp: seconds from the start rate to rate_rps
+    ramp_steps: int | None = None  # ramp: null rises linearly; n rises in n equal steps
 
     def __post_init__(self) -> None:
         if self.process not in ARRIVALS:
@@ -53,6 +56,10 @@ class ArrivalConfig:
             raise ConfigError("concurrency", None, "the closed loop needs a concurrency >= 1")
         if kind.needs_trace and not self.trace_path:
             raise ConfigError("trace_path", self.trace_path, "the trace process needs a trace file")
+        _positive(self, "ramp_start_rps", allow_none=False, strict=False)
+        _positive(self, "ramp_duration_s", "ramp_steps")
+        if self.process == "ramp" and self.ramp_duration_s is None:
+            raise ConfigError("ramp_duration_s", None, "the ramp process needs a duration > 0")
 
 
 @dataclass
@@ -98,11 +105,72 @@ class ValidityConfig:
     min_duration_s: float = 5.0
     min_completed: int = 20
     max_error_rate: float = 0.01
+    max_dispatch_lag_p99_s: float = 0.05  # past it the client, not the engine, set the pace
+    max_loop_lag_p99_s: float = 0.05  # the load generator's event loop woke this late
 
     def __post_init__(self) -> None:
         _positive(self, "min_duration_s", "min_completed", allow_none=False, strict=False)
+        _positive(self, "max_dispatch_lag_p99_s", "max_loop_lag_p99_s", allow_none=False)
         if not 0.0 <= self.max_error_rate <= 1.0:
             raise ConfigError("max_error_rate", self.max_error_rate, "must be in [0, 1]")
+
+
+@dataclass
+class SaturationConfig:
+    """The over-saturation detector (llmperf/measure/saturation.py): an open-loop run whose
+    queue grows without bound stops early and is marked "saturated at R req/s"."""
+
+    enabled: bool = True
+    window_s: float = 3.0  # the trailing window the growth is measured over
+    min_waiting: int = 16  # requests waiting for a first token before a verdict
+    max_growth: float = 0.1  # waiting (and TTFT) growth, as a fraction of arrivals, that stops it
+    check_interval_s: float = 0.1
+
+    def __post_init__(self) -> None:
+        _positive(self, "window_s", "max_growth", "check_interval_s", allow_none=False)
+        _positive(self, "min_waiting", allow_none=False)
+        if self.check_interval_s * 3 > self.window_s:
+            raise ConfigError(
+                "check_interval_s", self.check_interval_s, "must be at most window_s / 3"
+            )
+
+
+@dataclass
+class PrefixConfig:
+    """Synthetic shared prefixes: each prompt starts with one of `groups` system prompts of
+    `length` tokens (picked at random), then its own `prompt_tokens` tokens."""
+
+    groups: int = 0  # 0: no shared prefix
+    length: int = 0
+    block_tokens: int = 16  # the prefix cache's block: only whole blocks are reused
+
+    def __post_init__(self) -> None:
+        _positive(self, "groups", "length", allow_none=False, strict=False)
+        _positive(self, "block_tokens", allow_none=False)
+        if self.groups and not self.length:
+            raise ConfigError("length", self.length, "shared prefixes need a length > 0")
+
+
+THINK_TIMES = ("fixed", "exponential", "uniform")
+
+
+@dataclass
+class SessionConfig:
+    """Multi-turn sessions: the arrival process starts sessions; each turn's prompt is the
+    session's earlier prompts and replies, then the new user message."""
+
+    turns: int = 0  # 0: single requests; n: n turns a session (a dataset: its own turns, at most n)
+    think_time: str = "exponential"  # fixed | exponential | uniform: seconds between a reply and the next turn
+    think_time_s: float = 1.0  # fixed: the value; exponential: the mean; uniform: 0..2x the mean
+    max_concurrent: int | None = None  # sessions open at once; more wait for a free slot
+    max_context_tokens: int | None = None  # a session ends before a turn that would not fit
+
+    def __post_init__(self) -> None:
+        _positive(self, "turns", allow_none=False, strict=False)
+        _positive(self, "think_time_s", allow_none=False, strict=False)
+        _positive(self, "max_concurrent", "max_context_tokens")
+        if self.think_time not in THINK_TIMES:
+            raise ConfigError("think_time", self.think_time, "unknown think-time distribution", THINK_TIMES)
 
 
 @dataclass
@@ -120,6 +188,10 @@ class ScenarioConfig:
     ignore_eos: bool = True  # outputs run to their scheduled length
     temperature: float = 0.0
     validity: ValidityConfig = field(default_factory=ValidityConfig)
+    saturation: SaturationConfig = field(default_factory=SaturationConfig)
+    prefix: PrefixConfig = field(default_factory=PrefixConfig)
+    sessions: SessionConfig = field(default_factory=SessionConfig)
+    record_tokens: bool = False  # requests.jsonl keeps each request's prompt and output token ids
 
     def __post_init__(self) -> None:
         _positive(self, "num_requests", "duration_s")
@@ -132,6 +204,13 @@ class ScenarioConfig:
         uses_dataset = "dataset" in (self.prompt_tokens.dist, self.output_tokens.dist)
         if uses_dataset and not self.dataset:
             raise ConfigError("dataset", self.dataset, "dist: dataset needs a dataset file")
+        if self.sessions.turns and ARRIVALS[self.arrival.process].closed_loop:
+            raise ConfigError(
+                "sessions.turns", self.sessions.turns,
+                "sessions arrive by an open arrival process (cap them with sessions.max_concurrent)",
+            )
+        if self.sessions.turns and self.arrival.process == "trace":
+            raise ConfigError("sessions.turns", self.sessions.turns, "a trace is replayed as it is")
         if self.dataset and not uses_dataset:
             raise ConfigError(
                 "dataset",
@@ -246,9 +325,11 @@ class SyntheticEngineConfig(EngineConfig):
     jitter: float = 0.0  # each delay is scaled by 1 + jitter x U(-1, 1)
     max_concurrency: int | None = None  # requests beyond it wait in a queue
     seed: int = 0
+    reasoning_tokens: int = 0  # the first n output tokens stream as reasoning content
 
     def __post_init__(self) -> None:
         _positive(self, "ttft_s", "prefill_s_per_token", "tpot_s", strict=False, allow_none=False)
+        _positive(self, "reasoning_tokens", strict=False, allow_none=False)
         _positive(self, "max_concurrency")
         if not 0.0 <= self.jitter < 1.0:
             raise ConfigError("jitter", self.jitter, "must be in [0, 1)")

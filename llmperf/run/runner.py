@@ -10,6 +10,7 @@
     write_step_stats   steps.jsonl, when the engine reports its steps
     write_telemetry    telemetry.csv, on the records' clock
     summarize          the figures from the records and the config objects
+    add_prefix_cache_figures  the engine's measured prefix-cache hit rate beside the expected one
     add_hardware_figures  telemetry peaks and energy, roofline MBU/MFU, cost per token
     judge_validity     the validity checks over the whole summary
     write_summary      summary.json and the table on the console
@@ -40,9 +41,16 @@ from engines.synthetic import ByteTokenizer
 from llmperf.errors import UsageError
 from llmperf.hardware.profile import HardwareProfile
 from llmperf.hardware.registry import resolve_profile
-from llmperf.measure.loadgen import LoadGenerator, LoadResult
-from llmperf.measure.metrics import compute_metrics, e2e_s, ttft_s
+from llmperf.measure.loadgen import LoadGenerator, LoadResult, SessionLoad
+from llmperf.measure.metrics import (
+    compute_metrics,
+    distribution,
+    e2e_s,
+    session_metrics,
+    ttft_s,
+)
 from llmperf.measure.records import RecordWriter, RequestRecord
+from llmperf.measure.saturation import SaturationDetector
 from llmperf.measure.validity import check_validity
 from llmperf.perf.cost import cost_summary
 from llmperf.perf.footprint import device_of, footprint
@@ -97,6 +105,19 @@ def build(run: Run) -> None:
     except (ValueError, OSError) as err:  # the engine rejected an option, or a file
         raise UsageError(f"engine={engine_cfg.name!r}: {err}") from None
     run.workload = Workload(run.config.scenario, run.engine.tokenizer or ByteTokenizer())
+    context = context_tokens(run)
+    prefix = run.config.scenario.prefix
+    if prefix.groups and context is not None and prefix.length >= context:
+        raise UsageError(
+            f"scenario.prefix.length={prefix.length}: longer than the engine's context "
+            f"(max_model_len {context}); the prompt must fit after it"
+        )
+
+
+def context_tokens(run: Run) -> int | None:
+    """The engine's context length when it says (engine options' max_model_len)."""
+    info = run.engine.info()
+    return info.get("options", info).get("max_model_len")
 
 
 def write_environment(run: Run) -> None:
@@ -154,13 +175,29 @@ def drive_load(run: Run) -> None:
             run.records.append(record)
             progress.update(record)
 
-        loadgen = LoadGenerator(run.engine, on_record)
         concurrency = scenario.arrival.concurrency if run.workload.closed_loop else None
+        detector = None
+        if scenario.saturation.enabled and concurrency is None:
+            detector = SaturationDetector(scenario.saturation)
+        loadgen = LoadGenerator(
+            run.engine, on_record, saturation=detector, record_tokens=scenario.record_tokens
+        )
+        sessions = None
+        if run.workload.has_sessions:
+            sessions = SessionLoad(
+                run.workload.sessions(),
+                run.workload.sampling,
+                scenario.sessions.max_concurrent,
+                scenario.sessions.max_context_tokens or context_tokens(run),
+            )
+        requests = () if sessions else run.workload.requests()
         run.load = asyncio.run(
-            loadgen.run(warmup, run.workload.requests(), concurrency, scenario.duration_s)
+            loadgen.run(warmup, requests, concurrency, scenario.duration_s, sessions=sessions)
         )
     if run.collector is not None:  # stopped now: its samples move onto the records' clock
         run.collector.rebase(run.load.origin_perf_counter_s)
+    if run.load.saturation is not None:
+        run.console.print(f"[bold red]stopped early: {run.load.saturation.describe()}[/]")
 
 
 def write_step_stats(run: Run) -> None:
@@ -201,11 +238,37 @@ def summarize(run: Run) -> None:
         "valid": False,
         "validity": [],
         "interrupted": run.load.interrupted,
+        **saturation_summary(run.load),
         **compute_metrics(run.records, cfg.scenario.slo),
+        **session_metrics(run.records, cfg.scenario.prefix.block_tokens),
+        "event_loop_lag_s": distribution(run.load.loop_lag_s),
         "origin_unix_s": run.load.origin_unix_s,
         "origin_perf_counter_s": run.load.origin_perf_counter_s,
         "measure_start_s": run.load.measure_start_s,
     }
+
+
+def saturation_summary(load: LoadResult) -> dict[str, Any]:
+    verdict = load.saturation
+    if verdict is None:
+        return {"saturated": False, "saturated_at_rps": None, "saturation_detail": None}
+    return {
+        "saturated": True,
+        "saturated_at_rps": verdict.rate_rps,
+        "saturation_detail": verdict.describe(),
+    }
+
+
+def add_prefix_cache_figures(run: Run) -> None:
+    """The measured prefix-cache hit rate, from the engine's own counter (its steps), beside
+    the expected one; engines that count nothing leave it out."""
+    s = run.summary
+    steps = measured_steps(run)
+    if "prefix_cache_hit_rate_expected" not in s or not steps or not s["input_tokens_total"]:
+        return
+    hits = sum(step.prefix_cache_hit_tokens for step in steps)
+    s["prefix_cache_hit_tokens"] = hits
+    s["prefix_cache_hit_rate"] = hits / s["input_tokens_total"]
 
 
 def add_hardware_figures(run: Run) -> None:
@@ -323,6 +386,7 @@ STAGES: list[Callable[[Run], None]] = [
     write_step_stats,
     write_telemetry,
     summarize,
+    add_prefix_cache_figures,
     add_hardware_figures,
     judge_validity,
     write_summary,

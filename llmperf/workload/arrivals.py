@@ -54,6 +54,56 @@ def gamma_times(
         t += rng.gamma(shape, scale)
 
 
+def ramp_times(
+    arrival: ArrivalConfig, rng: np.random.Generator, trace: list[TraceRow]
+) -> Iterator[float]:
+    """A rate that rises from `ramp_start_rps` to `rate_rps` over `ramp_duration_s`, then holds.
+
+    Linear (`ramp_steps` null) or in `ramp_steps` equal steps whose rates run evenly from
+    the start rate to the end rate. Request k arrives when the expected count of arrivals,
+    the integral of the rate from 0, reaches k: the gaps follow the rate without noise, so
+    the rate at which a run saturates is read off the schedule.
+    """
+    for k in itertools.count():
+        yield ramp_time_of(arrival, float(k))
+
+
+def ramp_rate_at(arrival: ArrivalConfig, t_s: float) -> float:
+    """The ramp's intended rate at `t_s` seconds after the measured phase began."""
+    r0, r1, d = arrival.ramp_start_rps, arrival.rate_rps, arrival.ramp_duration_s
+    if t_s >= d:
+        return r1
+    if arrival.ramp_steps is None:
+        return r0 + (r1 - r0) * t_s / d
+    n = arrival.ramp_steps
+    step = min(int(t_s / (d / n)), n - 1)
+    return r0 + (r1 - r0) * step / (n - 1) if n > 1 else r1
+
+
+def ramp_time_of(arrival: ArrivalConfig, count: float) -> float:
+    """When the ramp's cumulative expected arrivals reach `count` (inverse of its integral)."""
+    r0, r1, d = arrival.ramp_start_rps, arrival.rate_rps, arrival.ramp_duration_s
+    if arrival.ramp_steps is None:
+        ramp_total = (r0 + r1) * d / 2
+        if count >= ramp_total:
+            return d + (count - ramp_total) / r1
+        slope = (r1 - r0) / d  # count = r0 t + slope t^2 / 2
+        if slope == 0:
+            return count / r0
+        return (-r0 + np.sqrt(r0 * r0 + 2 * slope * count)) / slope
+    n = arrival.ramp_steps
+    width_s = d / n
+    t_s, left = 0.0, count
+    for step in range(n):
+        rate = r0 + (r1 - r0) * step / (n - 1) if n > 1 else r1
+        if step == n - 1:  # the last step's rate holds after the ramp
+            return t_s + left / rate
+        if rate * width_s >= left and rate > 0:
+            return t_s + left / rate
+        t_s, left = t_s + width_s, left - rate * width_s
+    raise AssertionError("unreachable: the last step returns")
+
+
 def trace_times(
     arrival: ArrivalConfig, rng: np.random.Generator, trace: list[TraceRow]
 ) -> Iterator[float]:
@@ -79,4 +129,5 @@ ARRIVALS: dict[str, ArrivalProcess] = {
     "gamma": ArrivalProcess(gamma_times, needs_rate=True),
     "closed": ArrivalProcess(offline_times, closed_loop=True),
     "trace": ArrivalProcess(trace_times, needs_trace=True),
+    "ramp": ArrivalProcess(ramp_times, needs_rate=True),
 }

@@ -45,6 +45,7 @@ def read_jsonl(text: str, where: str) -> list[tuple[int, object]]:
 class Conversation:
     prompt: str  # the first human turn
     completion: str  # the reply to it; its length is the output length
+    exchanges: tuple[tuple[str, str], ...] = ()  # every (human turn, reply) pair, in order
 
 
 def load_sharegpt(path: str, key: str = "scenario.dataset") -> list[Conversation]:
@@ -75,10 +76,21 @@ def load_sharegpt(path: str, key: str = "scenario.dataset") -> list[Conversation
                 '"conversations": [{"from": ..., "value": ...}, ...]'
             )
         if len(turns) >= 2 and turns[0]["from"] == "human":
-            conversations.append(Conversation(turns[0]["value"], turns[1]["value"]))
+            exchanges = _exchanges(turns)
+            conversations.append(Conversation(*exchanges[0], exchanges=exchanges))
     if not conversations:
         raise DataError(f"{key}: {file} holds no conversation with a prompt and a reply")
     return conversations
+
+
+def _exchanges(turns: list[dict]) -> tuple[tuple[str, str], ...]:
+    """(human, reply) pairs from the start, up to the first turn out of that alternation."""
+    pairs = []
+    for human, reply in zip(turns[::2], turns[1::2], strict=False):
+        if human["from"] != "human" or reply["from"] == "human":
+            break
+        pairs.append((human["value"], reply["value"]))
+    return tuple(pairs)
 
 
 def _is_turn(turn: object) -> bool:

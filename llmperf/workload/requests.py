@@ -18,6 +18,8 @@ from llmperf.run.config import LengthConfig, ScenarioConfig
 from llmperf.workload.arrivals import ARRIVALS
 from llmperf.workload.datasets import Conversation, load_sharegpt, resolve_path
 from llmperf.workload.lengths import clip_length, sample_length
+from llmperf.workload.prefixes import SharedPrefixes
+from llmperf.workload.sessions import Session, Turn, think_time_s
 from llmperf.workload.trace import TRACE_BLOCK_TOKENS, TraceRow, load_trace
 
 
@@ -30,12 +32,15 @@ class _Streams:
     output_lengths: np.random.Generator
     prompt_tokens: np.random.Generator
     order: np.random.Generator  # dataset conversations, warmup trace rows
+    prefix_groups: np.random.Generator  # which shared prefix each request starts with
+    think_times: np.random.Generator
 
     @classmethod
     def of(cls, seed: int, phase: int) -> _Streams:
-        """Fresh generators for a phase (0: measured, 1: warmup): the same on every call."""
+        """Fresh generators for a phase (0: measured, 1: warmup): the same on every call.
+        (A SeedSequence's first children stay the same when more are spawned.)"""
         phase_seq = np.random.SeedSequence(seed).spawn(2)[phase]
-        return cls(*(np.random.default_rng(s) for s in phase_seq.spawn(5)))
+        return cls(*(np.random.default_rng(s) for s in phase_seq.spawn(7)))
 
 
 def check_inputs(scenario: ScenarioConfig) -> None:
@@ -74,6 +79,58 @@ class Workload:
     @property
     def closed_loop(self) -> bool:
         return self.process.closed_loop
+
+    @property
+    def has_sessions(self) -> bool:
+        return self.scenario.sessions.turns > 0
+
+    def sessions(self) -> Iterator[Session]:
+        """The measured sessions in arrival order, until their turns add up to `num_requests`
+        (the last one cut to fit); endless with only `duration_s` set."""
+        streams = _Streams.of(self.scenario.seed, phase=0)
+        times = self.process.times(self.scenario.arrival, streams.arrivals, self.trace)
+        conversations = self._conversation_cycle(streams.order)
+        prefixes = self._shared_prefixes()
+        budget = self.scenario.num_requests
+        for i, arrival_s in enumerate(times):
+            if budget is not None and budget <= 0:
+                return
+            conversation = next(conversations) if self.conversations else None
+            turns = self._turns(conversation, streams)[:budget]
+            prefix, shared = prefixes.pick(streams.prefix_groups) if prefixes else ([], 0)
+            yield Session(f"s{i}", float(arrival_s), turns, prefix, shared)
+            if budget is not None:
+                budget -= len(turns)
+
+    def _turns(self, conversation: Conversation | None, streams: _Streams) -> list[Turn]:
+        config = self.scenario.sessions
+        if conversation is None:
+            return [
+                Turn(
+                    self._random_tokens(
+                        sample_length(self.scenario.prompt_tokens, streams.prompt_lengths),
+                        streams.prompt_tokens,
+                    ),
+                    sample_length(self.scenario.output_tokens, streams.output_lengths),
+                    think_time_s(config, streams.think_times),
+                )
+                for _ in range(config.turns)
+            ]
+        out_cfg = self.scenario.output_tokens
+        return [
+            Turn(
+                self._encode(human),
+                clip_length(out_cfg, len(self._encode(reply))),
+                think_time_s(config, streams.think_times),
+            )
+            for human, reply in conversation.exchanges[: config.turns]
+        ]
+
+    def _shared_prefixes(self) -> SharedPrefixes | None:
+        cfg = self.scenario.prefix
+        if not cfg.groups:
+            return None
+        return SharedPrefixes(cfg.groups, cfg.length, self.scenario.seed, self._token_pool)
 
     def requests(self) -> Iterator[Request]:
         """The measured requests in arrival order; `arrival_s` is from the measured phase's start.
@@ -115,7 +172,9 @@ class Workload:
         is_warmup: bool,
     ) -> Iterator[Request]:
         conversations = self._conversation_cycle(streams.order)
+        prefixes = self._shared_prefixes()
         for i, (arrival_s, row) in enumerate(zip(times, rows, strict=False)):
+            shared = 0
             if row is not None:
                 prompt = self._trace_prompt(row, streams.prompt_tokens)
                 max_tokens = row.output_length
@@ -123,6 +182,11 @@ class Workload:
                 conversation = next(conversations) if self.conversations else None
                 prompt = self._prompt(conversation, streams)
                 max_tokens = self._output_length(conversation, streams)
+                if prefixes is not None and is_warmup:  # same shape, nothing shared
+                    prompt = self._random_tokens(self.scenario.prefix.length, streams.prompt_tokens) + prompt
+                elif prefixes is not None:
+                    prefix, shared = prefixes.pick(streams.prefix_groups)
+                    prompt = prefix + prompt
             yield Request(
                 id=f"{prefix}{i}",
                 max_tokens=max_tokens,
@@ -130,6 +194,7 @@ class Workload:
                 sampling=self.sampling,
                 arrival_s=float(arrival_s),
                 is_warmup=is_warmup,
+                shared_prefix_tokens=shared,
             )
 
     def _random_tokens(self, n: int, rng: np.random.Generator) -> list[int]:

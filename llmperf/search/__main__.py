@@ -1,0 +1,3 @@
+from llmperf.search.cli import main
+
+main()

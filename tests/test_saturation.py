@@ -1,0 +1,123 @@
+"""The ramp arrival and the over-saturation detector: an overloaded run stops early and
+says at what rate; a held rate runs to its end."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from llmperf.errors import ConfigError
+from llmperf.run.config import (
+    ArrivalConfig,
+    Config,
+    LengthConfig,
+    ReportConfig,
+    SaturationConfig,
+    ScenarioConfig,
+    SyntheticEngineConfig,
+    TelemetryConfig,
+    ValidityConfig,
+)
+from llmperf.run.runner import run_benchmark
+from llmperf.workload.arrivals import ARRIVALS, ramp_rate_at
+
+# 8 slots, each held 0.1 s (first token at 25 ms, then 3 more 25 ms apart): 80 req/s.
+ENGINE = SyntheticEngineConfig(ttft_s=0.025, tpot_s=0.025, max_concurrency=8)
+CAPACITY_RPS = 8 / (0.025 + 3 * 0.025)
+
+
+def ramp(**kw) -> list[float]:
+    arrival = ArrivalConfig(process="ramp", **kw)
+    times = ARRIVALS["ramp"].times(arrival, np.random.default_rng(0), [])
+    return list(itertools.islice(times, 25))
+
+
+def test_linear_ramp_places_request_k_where_the_rate_integral_reaches_k():
+    # rate 5 t for t <= 2 s: k arrivals by t = sqrt(2k / 5); after 2 s, 10 req/s.
+    times = ramp(rate_rps=10.0, ramp_duration_s=2.0)
+    assert times[:11] == pytest.approx([np.sqrt(2 * k / 5) for k in range(11)])
+    assert times[20] == pytest.approx(3.0)
+    assert times[24] == pytest.approx(3.4)
+
+
+def test_stepped_ramp_holds_each_step_rate_for_its_share_of_the_duration():
+    # 2 steps over 2 s: 2 req/s for 1 s (k=0 at 0, k=1 at 0.5), then 10 req/s from 1 s.
+    times = ramp(rate_rps=10.0, ramp_start_rps=2.0, ramp_duration_s=2.0, ramp_steps=2)
+    assert times[:5] == pytest.approx([0.0, 0.5, 1.0, 1.1, 1.2])
+    arrival = ArrivalConfig(process="ramp", rate_rps=10.0, ramp_start_rps=2.0,
+                            ramp_duration_s=2.0, ramp_steps=2)
+    assert [ramp_rate_at(arrival, t) for t in (0.5, 1.5, 5.0)] == [2.0, 10.0, 10.0]
+
+
+@pytest.mark.parametrize(
+    "kw, words",
+    [
+        ({"rate_rps": 10.0}, "ramp_duration_s"),
+        ({"rate_rps": 10.0, "ramp_duration_s": 1.0, "ramp_start_rps": -1.0}, "ramp_start_rps"),
+        ({"rate_rps": 10.0, "ramp_duration_s": 1.0, "ramp_steps": 0}, "ramp_steps"),
+    ],
+)
+def test_bad_ramp_options_name_the_field(kw, words):
+    with pytest.raises(ConfigError, match=words):
+        ArrivalConfig(process="ramp", **kw)
+
+
+def test_saturation_window_must_hold_three_checks():
+    with pytest.raises(ConfigError, match="check_interval_s"):
+        SaturationConfig(window_s=0.2, check_interval_s=0.1)
+
+
+def run_at(tmp_path, arrival: ArrivalConfig, duration_s: float):
+    scenario = ScenarioConfig(
+        num_requests=None,
+        duration_s=duration_s,
+        warmup_requests=0,
+        arrival=arrival,
+        prompt_tokens=LengthConfig(value=16),
+        output_tokens=LengthConfig(value=4),
+        saturation=SaturationConfig(window_s=1.0),
+        validity=ValidityConfig(min_duration_s=0.5, min_completed=5),
+    )
+    config = Config(
+        scenario=scenario,
+        engine=ENGINE,
+        hardware={"name": "cpu"},
+        telemetry=TelemetryConfig(enabled=False),
+        report=ReportConfig(enabled=False),
+    )
+    return run_benchmark(config, tmp_path / "run").summary
+
+
+def test_overloaded_run_stops_early_and_is_marked_saturated(tmp_path):
+    summary = run_at(tmp_path, ArrivalConfig(process="constant", rate_rps=2 * CAPACITY_RPS), 8.0)
+    assert summary["saturated"] is True
+    assert summary["saturated_at_rps"] == pytest.approx(2 * CAPACITY_RPS, rel=0.05)
+    assert summary["window_end_s"] - summary["window_start_s"] < 4.0  # of the 8 s asked for
+    assert summary["num_requests"] < 0.5 * 8.0 * 2 * CAPACITY_RPS
+    checks = {c["check"]: c for c in summary["validity"]}
+    assert not checks["not_saturated"]["ok"]
+    rate = f"{summary['saturated_at_rps']:.3g}"
+    assert checks["not_saturated"]["detail"].startswith(f"saturated at {rate} req/s: ")
+    assert summary["valid"] is False
+    records = (tmp_path / "run" / "requests.jsonl").read_text().splitlines()
+    assert len(records) == summary["num_requests"]  # the aborted ones are kept too
+    assert any('"error": "saturated"' in line for line in records)
+
+
+def test_held_rate_runs_to_its_end(tmp_path):
+    summary = run_at(tmp_path, ArrivalConfig(process="poisson", rate_rps=0.6 * CAPACITY_RPS), 3.0)
+    assert summary["saturated"] is False
+    assert summary["num_failed"] == 0
+    assert summary["window_end_s"] - summary["window_start_s"] > 2.8
+    assert {c["check"]: c["ok"] for c in summary["validity"]}["not_saturated"]
+
+
+def test_ramp_past_capacity_saturates_near_it(tmp_path):
+    """Rising 0 -> 240 req/s over 3 s on an 80 req/s engine: the verdict comes once the
+    offered rate (averaged over the 1 s window) is past the capacity, long before 3 s."""
+    arrival = ArrivalConfig(process="ramp", rate_rps=240.0, ramp_duration_s=3.0)
+    summary = run_at(tmp_path, arrival, 6.0)
+    assert summary["saturated"] is True
+    assert CAPACITY_RPS < summary["saturated_at_rps"] < 2.5 * CAPACITY_RPS
