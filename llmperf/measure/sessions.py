@@ -11,13 +11,24 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from engines.base import Request, SamplingParams
+from llmperf.measure.records import RequestRecord
 from llmperf.workload.sessions import Session
 
-if TYPE_CHECKING:
-    from llmperf.measure.loadgen import LoadGenerator
+
+class LoadGenerator(Protocol):
+    """What sessions need of the load generator (llmperf/measure/loadgen.py), which calls
+    them: its clock, its pacing and one request sent and awaited."""
+
+    def _now(self) -> float: ...
+
+    async def _sleep_until(self, target_s: float) -> None: ...
+
+    async def dispatch(
+        self, request: Request, arrival_s: float
+    ) -> tuple[RequestRecord, list[int]]: ...
 
 
 async def run_sessions(
