@@ -11,6 +11,7 @@ from pathlib import Path
 import httpx
 import openai
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from llmperf.errors import UsageError
 from llmperf.serve.app import OpenAIServer, build_app, engine_load
@@ -21,7 +22,6 @@ from llmperf.serve.chat_template import (
 )
 from llmperf.serve.cli import main, parse_overrides
 from llmperf.serve.detokenize import IncrementalDetokenizer
-from llmperf.serve.metrics import Histogram
 from llmperf.serve.server import ServerThread, build_server
 from tests.fakes import ScriptedEngine
 
@@ -57,13 +57,13 @@ def log_rows(log_path) -> list[dict]:
     return [json.loads(line) for line in log_path.read_text().split("\n")[:-1]]
 
 
-def metric_values(text: str) -> dict[str, float]:
-    values = {}
-    for line in text.splitlines():
-        if line and not line.startswith("#"):
-            name, value = line.rsplit(" ", 1)
-            values[name] = float(value)
-    return values
+def metric_values(text: str) -> dict[tuple[str, tuple], float]:
+    """(sample name, its labels other than model_name) -> value, through prometheus_client's parser."""
+    return {
+        (s.name, tuple(sorted((k, v) for k, v in s.labels.items() if k != "model_name"))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
 
 
 def wait_until(predicate, timeout_s: float = 10.0) -> None:
@@ -288,13 +288,15 @@ def test_an_engine_fault_ends_a_stream_with_an_error_event_and_done():
         "code": None,
     }
     assert whole.status_code == 500 and whole.json()["error"]["message"] == message
-    assert server.metrics.finished["error"] == 2 and server.metrics.finished["abort"] == 0
+    finished = metric_values(server.metrics.render(engine_load(server.engine, 0)).decode())
+    assert finished[("vllm:request_success_total", (("finished_reason", "error"),))] == 2
+    assert finished[("vllm:request_success_total", (("finished_reason", "abort"),))] == 0
 
 
 def test_a_cancelled_whole_response_leaves_no_task_or_engine_stream_behind():
     from engines.base import SamplingParams
-    from llmperf.serve.metrics import ServedRequest
     from llmperf.serve.protocol import GenerationSpec
+    from llmperf.serve.request_log import ServedRequest
 
     engine = ScriptedEngine(lambda request: [(60.0, 1)])  # the first token never comes
     engine.max_model_len = 64
@@ -426,25 +428,30 @@ def test_metrics_and_request_log_agree_with_the_requests(served, client):
         )
     rows = log_rows(log_path)[num_before:]
     after = metric_values(httpx.get(f"{root(served)}/metrics").text)
-    label = '{model_name="tiny"}'
 
-    def delta(name):
-        return after[name] - before.get(name, 0.0)
+    def delta(name, **labels):
+        key = (name, tuple(sorted(labels.items())))
+        return after[key] - before.get(key, 0.0)
 
     assert [r["client_request_id"] for r in rows] == ["m0", "m1", "m2", "m3"]
     assert [r["num_output_tokens"] for r in rows] == [2, 3, 4, 5]
-    assert delta(f"llmperf_generation_tokens_total{label}") == 2 + 3 + 4 + 5
-    assert delta(f"llmperf_prompt_tokens_total{label}") == 2 + 3 + 4 + 5
-    assert delta('llmperf_request_success_total{model_name="tiny",finish_reason="length"}') == 4
-    assert delta(f"llmperf_time_to_first_token_seconds_count{label}") == 4
-    assert delta(f"llmperf_time_to_first_token_seconds_sum{label}") == pytest.approx(
-        sum(r["ttft_s"] for r in rows)
+    assert delta("vllm:generation_tokens_total") == 2 + 3 + 4 + 5
+    assert delta("vllm:prompt_tokens_total") == 2 + 3 + 4 + 5
+    assert delta("vllm:request_success_total", finished_reason="length") == 4
+    assert delta("vllm:time_to_first_token_seconds_count") == 4
+    assert delta("vllm:time_to_first_token_seconds_sum") == pytest.approx(sum(r["ttft_s"] for r in rows))
+    assert delta("vllm:e2e_request_latency_seconds_sum") == pytest.approx(sum(r["e2e_s"] for r in rows))
+    # Queue + prefill is TTFT, request by request, so their sums add up too.
+    assert delta("vllm:request_queue_time_seconds_sum") + delta(
+        "vllm:request_prefill_time_seconds_sum"
+    ) == pytest.approx(sum(r["ttft_s"] for r in rows))
+    assert delta("vllm:request_decode_time_seconds_sum") == pytest.approx(
+        sum(r["last_token_s"] - r["first_token_s"] for r in rows)
     )
-    assert delta(f"llmperf_e2e_request_latency_seconds_sum{label}") == pytest.approx(
-        sum(r["e2e_s"] for r in rows)
-    )
-    assert after[f"llmperf_num_requests_running{label}"] == 0
-    assert after[f"llmperf_kv_cache_usage_ratio{label}"] == 0.0
+    assert delta("vllm:time_to_first_token_seconds_bucket", le="+Inf") == 4
+    assert after[("vllm:num_requests_running", ())] == 0
+    assert after[("vllm:kv_cache_usage_perc", ())] == 0.0
+    assert delta("vllm:num_preemptions_total") == 0
     for r in rows:
         assert 0 < r["ttft_s"] <= r["e2e_s"]
         assert r["queue_s"] <= r["ttft_s"]
@@ -454,19 +461,6 @@ def test_metrics_and_request_log_agree_with_the_requests(served, client):
 
 
 # -- pieces -----------------------------------------------------------------------------
-
-
-def test_histogram_renders_cumulative_buckets():
-    h = Histogram((0.1, 1.0))
-    for v in (0.05, 0.1, 0.5, 2.0):
-        h.observe(v)
-    assert h.render("x", 'm="a"') == [
-        'x_bucket{m="a",le="0.1"} 2',
-        'x_bucket{m="a",le="1.0"} 3',
-        'x_bucket{m="a",le="+Inf"} 4',
-        'x_sum{m="a"} 2.65',
-        'x_count{m="a"} 4',
-    ]
 
 
 def test_incremental_detokenizer_holds_back_split_characters(served):

@@ -21,13 +21,13 @@ from jinja2.exceptions import TemplateError
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request as HTTPRequest
-from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from engines.base import Engine, Request
 from llmperf.serve.chat_template import DEFAULT_CHAT_TEMPLATE, compile_chat_template
 from llmperf.serve.detokenize import IncrementalDetokenizer
-from llmperf.serve.metrics import EngineLoad, RequestLog, ServedRequest, ServerMetrics
+from llmperf.serve.prometheus_metrics import CONTENT_TYPE, EngineLoad, ServerMetrics
 from llmperf.serve.protocol import (
     GenerationSpec,
     Limits,
@@ -38,6 +38,7 @@ from llmperf.serve.protocol import (
     parse_completion,
     sse,
 )
+from llmperf.serve.request_log import RequestLog, ServedRequest
 
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
@@ -103,7 +104,7 @@ class OpenAIServer:
 
     async def prometheus(self, http: HTTPRequest) -> Response:
         load = engine_load(self.engine, self.metrics.num_in_flight)
-        return PlainTextResponse(self.metrics.render(load), media_type="text/plain; version=0.0.4")
+        return Response(self.metrics.render(load), headers={"Content-Type": CONTENT_TYPE})
 
     # -- generation ------------------------------------------------------------------------
 
@@ -271,7 +272,15 @@ def engine_load(engine: Engine, num_in_flight: int) -> EngineLoad:
     num_running = min(num_running, num_in_flight)
     kv = getattr(engine, "kv", None)
     usage = None if kv is None else 1.0 - kv.num_free_blocks / kv.num_blocks
-    return EngineLoad(num_running, num_in_flight - num_running, usage)
+    cache = kv.stats() if kv is not None else {}
+    return EngineLoad(
+        num_running,
+        num_in_flight - num_running,
+        usage,
+        num_preemptions=scheduler.num_preemptions_total if scheduler is not None else 0,
+        prefix_cache_query_tokens=cache.get("prefix_cache_query_tokens", 0),
+        prefix_cache_hit_tokens=cache.get("prefix_cache_hit_tokens", 0),
+    )
 
 
 async def wait_for_disconnect(http: HTTPRequest) -> None:

@@ -12,7 +12,7 @@ import uvicorn
 from engines.registry import build_engine
 from llmperf.serve.app import OpenAIServer, build_app
 from llmperf.serve.chat_template import compile_chat_template, load_chat_template
-from llmperf.serve.metrics import RequestLog
+from llmperf.serve.request_log import RequestLog
 
 DEFAULT_HOST = "127.0.0.1"  # loopback only unless asked: the API has no auth by default
 DEFAULT_PORT = 8000

@@ -66,6 +66,7 @@ class Scheduler(ABC):
         self.opts = opts
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
+        self.num_preemptions_total = 0  # read by llmperf-serve's /metrics
 
     # -- queue ---------------------------------------------------------------------
 
@@ -122,6 +123,7 @@ class Scheduler(ABC):
         self.kv.free(seq)
         seq.num_computed_tokens = 0
         seq.num_preemptions += 1
+        self.num_preemptions_total += 1
         seq.status = SeqStatus.WAITING
         orders = [s.order for s in self.waiting]
         self.waiting.insert(bisect.bisect(orders, seq.order), seq)
