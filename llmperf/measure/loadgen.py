@@ -62,6 +62,7 @@ class LoadGenerator:
         spin_s: float = 0.001,
         saturation: SaturationDetector | None = None,
         record_tokens: bool = False,
+        on_measure_start: Callable[[], None] = lambda: None,
     ) -> None:
         self.engine = engine
         self.on_record = on_record
@@ -70,6 +71,9 @@ class LoadGenerator:
         self.saturation: Saturation | None = None
         self._measure_start_s: float | None = None
         self._loop_lag_s: list[float] = []
+        # Called once warmup has ended, before the first measured request: a server scrape
+        # taken now separates the warmup's counts from the measured ones.
+        self.on_measure_start = on_measure_start
         # asyncio.sleep wakes up to ~1 ms late (epoll's millisecond timeout); the last
         # stretch before a send is spent yielding to the loop instead, to cut dispatch lag.
         self.spin_s = spin_s
@@ -158,6 +162,7 @@ class LoadGenerator:
             self._flush()
             await asyncio.gather(*tasks)
         counts["measure_start_s"] = start_s = self._measure_start_s = self._now()
+        self.on_measure_start()
         probe = asyncio.get_running_loop().create_task(self._probe_loop_lag())
         try:
             await self._measured_phase(requests, concurrency, duration_s, counts, sessions, start_s)

@@ -2,6 +2,7 @@
 
 A check reads the summary (and the scenario's thresholds) and says ok or not, with
 the numbers behind its verdict. Later stages add checks by appending to `CHECKS`.
+A check that is not `blocking` is a warning: it is shown, but the run stays valid.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ class Check:
     check: str
     ok: bool
     detail: str
+    blocking: bool = True
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -102,6 +104,49 @@ def no_throttling(summary: dict[str, Any], criteria: ValidityConfig) -> Check:
     return Check("no_throttling", not throttled, f"throttle reasons seen: {reasons}")
 
 
+# The client's and the server's accounts of TTFT may differ by the network and the
+# server's frontend, not by more than this share of it.
+MAX_OVERHEAD_SHARE = 0.10
+# Two prompts sharing fewer leading tokens than a KV block (16 in vLLM and the reference
+# engine) cannot share a cached block.
+MIN_SHARED_PREFIX_TOKENS = 16
+
+
+def server_agrees(summary: dict[str, Any], criteria: ValidityConfig) -> Check:
+    """The client's TTFT and E2E cover the server's: overhead in [0, 10%] of the client TTFT."""
+    ttft, overhead = summary.get("ttft_s") or {}, summary.get("ttft_overhead_s")
+    if overhead is None or ttft.get("mean") is None:
+        return Check("server_agrees", True, "no server-side view", blocking=False)
+    share = overhead["mean"] / ttft["mean"]
+    e2e_overhead = (summary.get("e2e_overhead_s") or {}).get("mean")
+    ok = 0.0 <= share <= MAX_OVERHEAD_SHARE and (e2e_overhead is None or e2e_overhead >= 0.0)
+    detail = (
+        f"client TTFT mean {ttft['mean'] * 1e3:.1f} ms = server {summary['ttft_server_parts']} "
+        f"{(ttft['mean'] - overhead['mean']) * 1e3:.1f} ms + overhead {overhead['mean'] * 1e3:.1f} ms "
+        f"({share:.1%}; expected 0 to {MAX_OVERHEAD_SHARE:.0%})"
+    )
+    if e2e_overhead is not None:
+        detail += f"; E2E overhead {e2e_overhead * 1e3:.1f} ms"
+    return Check("server_agrees", ok, detail, blocking=False)
+
+
+def prefix_cache_unexpected(summary: dict[str, Any], criteria: ValidityConfig) -> Check:
+    """Prefix-cache hits on a workload whose prompts share no block come from elsewhere:
+    prompts of an earlier run still cached, or a long shared chat template."""
+    hits, shared = summary.get("server_prefix_cache_hits_tokens"), summary.get("workload_shared_prefix_tokens")
+    if hits is None or shared is None:
+        return Check("prefix_cache_expected", True, "not measured", blocking=False)
+    ok = hits == 0 or shared >= MIN_SHARED_PREFIX_TOKENS
+    detail = (
+        f"{hits:.0f} prompt tokens hit the server's prefix cache "
+        f"(hit rate {summary.get('server_prefix_cache_hit_rate') or 0.0:.1%}); "
+        f"the workload's prompts share at most {shared} leading tokens"
+    )
+    if not ok:
+        detail += ": the cache holds prompts from before this run (a repeated seed?)"
+    return Check("prefix_cache_expected", ok, detail, blocking=False)
+
+
 CHECKS: list[Callable[[dict[str, Any], ValidityConfig], Check]] = [
     warmup_done,
     min_duration,
@@ -111,6 +156,8 @@ CHECKS: list[Callable[[dict[str, Any], ValidityConfig], Check]] = [
     not_saturated,
     client_not_saturated,
     no_throttling,
+    server_agrees,
+    prefix_cache_unexpected,
 ]
 
 

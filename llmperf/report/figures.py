@@ -136,9 +136,24 @@ def validity(summary: dict[str, Any]) -> list[dict[str, Any]]:
     return [c for c in checks if isinstance(c, dict)] if isinstance(checks, list) else []
 
 
+def _describe(c: dict[str, Any]) -> str:
+    return f"{c.get('check')}: {c.get('detail')}" if c.get("detail") else str(c.get("check"))
+
+
 def failed_checks(summary: dict[str, Any]) -> list[str]:
-    return [f"{c.get('check')}: {c.get('detail')}" if c.get("detail") else str(c.get("check"))
-            for c in validity(summary) if not c.get("ok")]
+    return [_describe(c) for c in validity(summary) if not c.get("ok") and c.get("blocking", True)]
+
+
+def warnings(summary: dict[str, Any]) -> list[str]:
+    """Failed checks that do not make a run invalid (the server's account disagreeing)."""
+    return [_describe(c) for c in validity(summary) if not c.get("ok") and not c.get("blocking", True)]
+
+
+def server_rows(summary: dict[str, Any]) -> list[Row]:
+    """The server's counters and gauge levels over the measured window (its histograms are in
+    the split table)."""
+    return [Row(k, format_value(k, v)) for k, v in summary.items()
+            if k.startswith("server_") and not isinstance(v, dict)]
 
 
 def run_title(summary: dict[str, Any], fallback: str) -> str:

@@ -3,6 +3,7 @@
 Only summary.json or requests.jsonl is needed; steps.jsonl (engines without a step loop
 have none), telemetry.csv (telemetry off), config.yaml, environment.json and
 .hydra/overrides.yaml are each optional, and the report says which were missing.
+server_metrics.csv exists only for runs against a server with /metrics.
 A last line cut in half by a killed process is skipped, and counted.
 """
 
@@ -20,6 +21,9 @@ import yaml
 from llmperf.measure.run_files import UnreadableFile, is_number, read_json
 from llmperf.report.errors import ReportError
 from llmperf.report.records import summary_from_records
+from llmperf.serverside.scraper import Row, read_csv
+
+SERVER_METRICS_FILE = "server_metrics.csv"
 
 RUN_FILES = ("summary.json", "requests.jsonl", "steps.jsonl", "telemetry.csv", "config.yaml",
              "environment.json")
@@ -37,6 +41,7 @@ class RunFolder:
     environment: dict[str, Any] | None
     overrides: list[str]
     missing_files: list[str]  # of RUN_FILES
+    server_rows: list[Row] | None = None  # server_metrics.csv
     summary_from_records: bool = False  # no summary.json: figures computed from requests.jsonl
     notes: list[str] = field(default_factory=list)  # what was missing or unreadable
 
@@ -88,9 +93,20 @@ def load_run_folder(path: Path) -> RunFolder:
         environment=_read_environment(path / "environment.json", notes),
         overrides=read_overrides(path),
         missing_files=[name for name in RUN_FILES if not (path / name).is_file()],
+        server_rows=_read_server_metrics(path / SERVER_METRICS_FILE, notes),
         summary_from_records=summary is None,
         notes=notes,
     )
+
+
+def _read_server_metrics(path: Path, notes: list[str]) -> list[Row] | None:
+    if not path.is_file():
+        return None
+    try:
+        return read_csv(path)
+    except (KeyError, ValueError) as e:
+        notes.append(f"{SERVER_METRICS_FILE}: unreadable ({e})")
+        return None
 
 
 def _read_summary(path: Path, notes: list[str]) -> dict[str, Any] | None:

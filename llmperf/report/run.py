@@ -7,6 +7,7 @@ from pathlib import Path
 
 from llmperf.measure.metrics import STAT_KEYS
 from llmperf.report import figures
+from llmperf.report.client_server import client_server_plots, split_rows
 from llmperf.report.folder import RUN_FILES, RunFolder, load_run_folder
 from llmperf.report.plotting import Plot, clear_plots, render
 from llmperf.report.render import write_page
@@ -44,7 +45,11 @@ def banners(run: RunFolder) -> list[Banner]:
                           failed or ["the run says it is not valid, without a reason"]))
     elif summary.get("valid") is True and not run.interrupted:
         n = len(figures.validity(summary))
-        out.append(Banner("ok", f"Valid: all {n} validity checks passed" if n else "Valid"))
+        warnings = figures.warnings(summary)
+        passed = f"Valid: all {n} validity checks passed" if n else "Valid"
+        if warnings:
+            passed = f"Valid, with {len(warnings)} warning{'s' * (len(warnings) > 1)}"
+        out.append(Banner("ok", passed, warnings))
     return out
 
 
@@ -78,6 +83,10 @@ def build_run_report(run_dir: Path) -> Path:
         from_records=run.summary_from_records,
         sections=figures.sections(run.summary),
         plots=run_plots(run, run_dir),
+        server_family=run.summary.get("server_family"),
+        split_rows=split_rows(run.summary),
+        server_rows=figures.server_rows(run.summary),
+        server_plots=client_server_plots(run, run_dir),
         checks=figures.validity(run.summary),
         config_yaml=run.config_yaml,
         environment=figures.flatten(run.environment) if run.environment else [],

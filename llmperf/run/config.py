@@ -244,6 +244,10 @@ class EngineConfig:
         opts = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "name"}
         return {"model": model.ref, **opts}
 
+    def metrics_endpoint(self) -> str | None:
+        """The server's Prometheus /metrics to scrape while the load runs; None: no server."""
+        return None
+
 
 @dataclass
 class ReferenceEngineConfig(EngineConfig):
@@ -298,9 +302,11 @@ class OpenAIEngineConfig(EngineConfig):
     prompt_format: str = "text"  # text | token_ids (exact prompt lengths on vLLM, SGLang, llmperf-serve)
     model_config: str | None = None  # the served model's shape: a preset or a config.json folder; null: model.path, else the tokenizer's folder
     precision: str | None = None  # the server's weights: fp32 | bf16 | fp16 | int8 | fp8; null: torch_dtype, else bf16
+    metrics_url: str | None = None  # the server's Prometheus text; null: base_url's root + /metrics; off: none
+    metrics_interval_s: float = 1.0
 
     def __post_init__(self) -> None:
-        _positive(self, "request_timeout_s", "connect_timeout_s", "max_connections")
+        _positive(self, "request_timeout_s", "connect_timeout_s", "max_connections", "metrics_interval_s")
         if self.endpoint not in ("completions", "chat"):
             raise ConfigError("endpoint", self.endpoint, "unknown endpoint", ["completions", "chat"])
         if self.prompt_format not in ("text", "token_ids"):
@@ -310,7 +316,14 @@ class OpenAIEngineConfig(EngineConfig):
         opts = super().options(model)
         opts["model"] = self.model or model.name
         opts["model_config"] = self.model_config or model.path
+        for scraper_option in ("metrics_url", "metrics_interval_s"):  # the runner's, not the client's
+            opts.pop(scraper_option)
         return opts
+
+    def metrics_endpoint(self) -> str | None:
+        if self.metrics_url == "off":
+            return None
+        return self.metrics_url or self.base_url.rstrip("/").removesuffix("/v1") + "/metrics"
 
 
 @dataclass

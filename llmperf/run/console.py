@@ -85,6 +85,10 @@ def print_summary(summary: dict[str, Any], run_dir: Path, console: Console) -> N
         f"(SLO met by {_num(summary['slo_attainment'], '.0%')})"
     )
     verdict = "[green]valid[/green]" if summary["valid"] else "[red]not valid[/red]"
-    failed_checks = "; ".join(c["detail"] for c in summary["validity"] if not c["ok"])
+    failed = [c for c in summary["validity"] if not c["ok"]]
+    failed_checks = "; ".join(c["detail"] for c in failed if c.get("blocking", True))
     console.print(f"{verdict}{': ' + failed_checks if failed_checks else ''}")
+    for c in failed:
+        if not c.get("blocking", True):
+            console.print(f"warning: {c['check']}: {c['detail']}", markup=False, highlight=False)
     console.print(f"results in {run_dir}", markup=False, highlight=False)

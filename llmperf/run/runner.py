@@ -5,12 +5,15 @@
     build              the engine from its registry, and the scenario's workload for its tokenizer
     write_environment  environment.json, once the engine has loaded what it uses (torch, CUDA)
     drive_load         warmup then measured load, inside every AROUND_LOAD context
-                       (engine started, telemetry collected, its samples then put
-                       on the records' clock)
+                       (engine started, telemetry collected, the server's /metrics
+                       scraped; samples then put on the records' clock)
     write_step_stats   steps.jsonl, when the engine reports its steps
     write_telemetry    telemetry.csv, on the records' clock
+    write_server_metrics  server_metrics.csv, on the records' clock
     summarize          the figures from the records and the config objects
     add_prefix_cache_figures  the engine's measured prefix-cache hit rate beside the expected one
+    add_server_figures the server's figures over the measured window, and the client
+                       latency split into server queue, prefill, decode and overhead
     add_hardware_figures  telemetry peaks and energy, roofline MBU/MFU, cost per token
     judge_validity     the validity checks over the whole summary
     write_summary      summary.json and the table on the console
@@ -25,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import json
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
@@ -59,8 +63,11 @@ from llmperf.perf.roofline import estimate_summary, roofline_summary
 from llmperf.run.config import Config
 from llmperf.run.console import LoadProgress, print_summary
 from llmperf.run.environment import collect_environment
+from llmperf.serverside.decomposition import decompose
+from llmperf.serverside.scraper import MetricsScraper
+from llmperf.serverside.window import window_summary
 from llmperf.telemetry import Collector, SamplerUnavailable
-from llmperf.workload.requests import Workload
+from llmperf.workload.requests import Workload, longest_shared_prefix
 
 SCHEMA_VERSION = 1
 
@@ -78,6 +85,7 @@ class Run:
     summary: dict[str, Any] = field(default_factory=dict)
     profile: HardwareProfile | None = None
     collector: Collector | None = None
+    scraper: MetricsScraper | None = None
 
     @property
     def interrupted(self) -> bool:
@@ -154,9 +162,30 @@ def telemetry_collected(run: Run) -> Iterator[None]:
         collector.stop()
 
 
+@contextlib.contextmanager
+def server_metrics_scraped(run: Run) -> Iterator[None]:
+    """Inside engine_running: the server is up before the first scrape, and still up for the last."""
+    url = run.config.engine.metrics_endpoint()
+    if url is None:
+        yield
+        return
+    scraper = MetricsScraper(url, run.config.engine.metrics_interval_s)
+    reason = scraper.start()
+    if reason is not None:
+        run.console.print(f"no server-side view: {reason}", markup=False, highlight=False)
+        yield
+        return
+    run.scraper = scraper
+    try:
+        yield
+    finally:
+        scraper.stop()
+
+
 AROUND_LOAD: list[Callable[[Run], contextlib.AbstractContextManager]] = [
     telemetry_collected,
     engine_running,
+    server_metrics_scraped,
 ]
 
 
@@ -175,12 +204,17 @@ def drive_load(run: Run) -> None:
             run.records.append(record)
             progress.update(record)
 
+        scrape_soon = run.scraper.scrape_soon if run.scraper is not None else (lambda: None)
         concurrency = scenario.arrival.concurrency if run.workload.closed_loop else None
         detector = None
         if scenario.saturation.enabled and concurrency is None:
             detector = SaturationDetector(scenario.saturation)
         loadgen = LoadGenerator(
-            run.engine, on_record, saturation=detector, record_tokens=scenario.record_tokens
+            run.engine,
+            on_record,
+            saturation=detector,
+            record_tokens=scenario.record_tokens,
+            on_measure_start=scrape_soon,
         )
         sessions = None
         if run.workload.has_sessions:
@@ -196,6 +230,8 @@ def drive_load(run: Run) -> None:
         )
     if run.collector is not None:  # stopped now: its samples move onto the records' clock
         run.collector.rebase(run.load.origin_perf_counter_s)
+    if run.scraper is not None:
+        run.scraper.rebase(run.load.origin_perf_counter_s)
     if run.load.saturation is not None:
         run.console.print(f"[bold red]stopped early: {run.load.saturation.describe()}[/]")
 
@@ -216,6 +252,11 @@ def write_step_stats(run: Run) -> None:
 def write_telemetry(run: Run) -> None:
     if run.collector is not None:
         run.collector.write_csv(run.run_dir / "telemetry.csv")
+
+
+def write_server_metrics(run: Run) -> None:
+    if run.scraper is not None:
+        run.scraper.write_csv(run.run_dir / "server_metrics.csv")
 
 
 def measured_steps(run: Run) -> list[StepStat]:
@@ -257,6 +298,25 @@ def saturation_summary(load: LoadResult) -> dict[str, Any]:
         "saturated_at_rps": verdict.rate_rps,
         "saturation_detail": verdict.describe(),
     }
+
+
+def add_server_figures(run: Run) -> None:
+    """The server's own figures over the measured window, and how they split the client's latency.
+
+    The longest prompt prefix two requests share says whether prefix-cache hits on the
+    server are the workload's own or left over from earlier runs.
+    """
+    if run.scraper is None:
+        return
+    s = run.summary
+    s["server_family"] = run.scraper.family.name
+    s["server_metrics_url"] = run.scraper.url
+    s["server_scrape_errors"] = len(run.scraper.errors)
+    s.update(window_summary(run.scraper.rows, run.load.measure_start_s, run.load.end_s))
+    s.update(decompose(s))
+    if not run.workload.has_sessions:  # a session's turns share its history by design
+        sent = [*run.workload.warmup(), *itertools.islice(run.workload.requests(), run.load.num_dispatched)]
+        s["workload_shared_prefix_tokens"] = longest_shared_prefix([r.prompt_token_ids or [] for r in sent])
 
 
 def add_prefix_cache_figures(run: Run) -> None:
@@ -361,7 +421,7 @@ def _roofline(
 def judge_validity(run: Run) -> None:
     checks = check_validity(run.summary, run.config.scenario.validity)
     run.summary["validity"] = [c.to_dict() for c in checks]
-    run.summary["valid"] = all(c.ok for c in checks)
+    run.summary["valid"] = all(c.ok for c in checks if c.blocking)
 
 
 def write_summary(run: Run) -> None:
@@ -385,8 +445,10 @@ STAGES: list[Callable[[Run], None]] = [
     drive_load,
     write_step_stats,
     write_telemetry,
+    write_server_metrics,
     summarize,
     add_prefix_cache_figures,
+    add_server_figures,
     add_hardware_figures,
     judge_validity,
     write_summary,

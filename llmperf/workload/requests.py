@@ -258,3 +258,20 @@ class Workload:
 
 def _min_prompt_tokens(cfg: LengthConfig) -> int:
     return cfg.min if cfg.dist == "dataset" else 1
+
+
+def longest_shared_prefix(prompts: list[list[int]]) -> int:
+    """The most leading tokens any two prompts have in common (0 for fewer than two).
+
+    Sorted, the prompt sharing the longest prefix with any other is its neighbour.
+    """
+    ordered = sorted(prompts)
+    best = 0
+    for a, b in zip(ordered, ordered[1:], strict=False):
+        n = 0
+        for x, y in zip(a, b, strict=False):
+            if x != y:
+                break
+            n += 1
+        best = max(best, n)
+    return best

@@ -1,0 +1,58 @@
+"""Where the client's latency went: server queue, prefill and decode, and the rest.
+
+    client TTFT = server queue + server prefill + overhead
+    client E2E  = server queue + server prefill + server decode + overhead
+
+The overhead is everything the server's engine did not time: the network, HTTP and
+JSON on both sides, the server's tokenization and detokenization, its frontend-to-engine
+hand-off, and the client's dispatch lag (client TTFT counts from the intended arrival).
+Means decompose exactly (a mean of sums is the sum of means, over the same requests).
+Percentiles do not add up, so at median/p90/p99 the overhead is the client's percentile
+minus the server's own TTFT (or E2E) percentile, itself interpolated from buckets.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+PERCENTILES = ("median", "p90", "p99")
+
+
+def _mean(summary: dict[str, Any], key: str) -> float | None:
+    value = summary.get(key)
+    return value.get("mean") if isinstance(value, dict) else None
+
+
+def _server_part(summary: dict[str, Any], parts: tuple[str, ...], whole: str) -> tuple[float, str] | None:
+    """The server's share of a mean: its parts summed when it has them all, else its whole."""
+    means = [_mean(summary, f"server_{p}") for p in parts]
+    if all(m is not None for m in means):
+        return sum(means), "+".join(parts)
+    whole_mean = _mean(summary, f"server_{whole}")
+    return (whole_mean, whole) if whole_mean is not None else None
+
+
+def _overhead(summary: dict[str, Any], client_key: str, parts: tuple[str, ...], whole: str) -> dict[str, Any]:
+    client = summary.get(client_key)
+    server = _server_part(summary, parts, whole)
+    if not isinstance(client, dict) or client.get("mean") is None or server is None:
+        return {}
+    name = client_key.removesuffix("_s")
+    overhead = {"mean": client["mean"] - server[0]}
+    server_whole = summary.get(f"server_{whole}")
+    for p in PERCENTILES:
+        if isinstance(server_whole, dict) and server_whole.get(p) is not None and client.get(p) is not None:
+            overhead[p] = client[p] - server_whole[p]
+    return {
+        f"{name}_overhead_s": overhead,
+        f"{name}_overhead_pct": 100.0 * overhead["mean"] / client["mean"] if client["mean"] else None,
+        f"{name}_server_parts": server[1],
+    }
+
+
+def decompose(summary: dict[str, Any]) -> dict[str, Any]:
+    """ttft_/e2e_ overhead keys for summary.json; {} without a server-side view."""
+    return {
+        **_overhead(summary, "ttft_s", ("queue_s", "prefill_s"), "ttft_s"),
+        **_overhead(summary, "e2e_s", ("queue_s", "prefill_s", "decode_s"), "e2e_s"),
+    }
