@@ -1,5 +1,6 @@
 """`llmperf engine=openai` against `llmperf-serve` on loopback: the figures agree with the
-server's own, and a server that dies mid-run ends the run with a report."""
+server's own (its request log, and its /metrics scraped during the run), and a server that
+dies mid-run ends the run with a report."""
 
 from __future__ import annotations
 
@@ -45,7 +46,7 @@ def llmperf(run_dir: Path, base_url: str, model: str, *args: str, timeout: float
     )
 
 
-def test_client_figures_agree_with_the_servers_within_10_percent(tmp_path):
+def test_client_figures_agree_with_the_servers_log_and_metrics(tmp_path):
     log = tmp_path / "served.jsonl"
     # smollm2-135m: prefills and decode steps of tens of ms, so the loopback hop (about a
     # millisecond each way) is a small part of what both sides measure.
@@ -74,6 +75,18 @@ def test_client_figures_agree_with_the_servers_within_10_percent(tmp_path):
           f"TPOT client {client_tpot * 1e3:.2f} ms, server {server_tpot * 1e3:.2f} ms")
     assert client_ttft == pytest.approx(server_ttft, rel=0.10)
     assert client_tpot == pytest.approx(server_tpot, rel=0.10)
+    # The scraped /metrics (prometheus_client text, vLLM's names) say what the log says,
+    # and split the client's TTFT with at most 5 % left to the network and HTTP.
+    assert summary["server_family"] == "vllm" and summary["server_view"] == "complete"
+    assert summary["server_ttft_s"]["count"] == len(pairs)
+    assert summary["server_ttft_s"]["mean"] == pytest.approx(server_ttft, rel=1e-6)
+    assert summary["server_output_tokens"] == sum(s["num_output_tokens"] for _, s in pairs)
+    server_share_s = summary["server_queue_s"]["mean"] + summary["server_prefill_s"]["mean"]
+    print(f"client TTFT mean {client_ttft * 1e3:.1f} ms = queue + prefill {server_share_s * 1e3:.1f} ms"
+          f" + overhead {summary['ttft_overhead_s']['mean'] * 1e3:.1f} ms")
+    assert server_share_s == pytest.approx(summary["ttft_s"]["mean"], rel=0.05)
+    assert summary["server_ttft_s"]["mean"] <= summary["ttft_s"]["mean"]
+    assert (tmp_path / "run" / "server_metrics.csv").is_file()
 
 
 def test_a_server_killed_mid_run_ends_the_run_with_failed_requests_and_a_report(tmp_path):

