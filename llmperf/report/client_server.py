@@ -19,6 +19,7 @@ TIME_LABEL = "time since run start (s)"
 PART_LABELS = {"queue_s": "server queue", "prefill_s": "server prefill", "decode_s": "server decode",
                "ttft_s": "server TTFT", "e2e_s": "server E2E"}
 SPLITS = (("ttft", "TTFT"), ("e2e", "E2E"))
+FRONTEND_COLOR = "#d1d5db"
 
 
 @dataclass
@@ -67,15 +68,20 @@ def latency_split(run: RunFolder) -> Figure:
             value_ms = _stat(s, f"server_{part}", "mean") * 1e3
             ax.barh(y, value_ms, left=left, color=colors[part], label=PART_LABELS[part])
             left += value_ms
-        overhead_ms = _stat(s, f"{name}_overhead_s", "mean") * 1e3
-        ax.barh(y, overhead_ms, left=left, color=MUTED, hatch="//" if overhead_ms < 0 else None,
-                label="client/network overhead")
+        frontend_s, network_s = s.get(f"{name}_frontend_s"), s.get(f"{name}_network_s")
+        if frontend_s is not None and network_s is not None:  # the overhead in its two parts
+            overheads = ((frontend_s * 1e3, FRONTEND_COLOR, "server frontend"), (network_s * 1e3, MUTED, "client/network"))
+        else:
+            overheads = ((_stat(s, f"{name}_overhead_s", "mean") * 1e3, MUTED, "client/network overhead"),)
+        for value_ms, shade, label in overheads:
+            ax.barh(y, value_ms, left=left, color=shade, hatch="//" if value_ms < 0 else None, label=label)
+            left += value_ms
         client_ms = _stat(s, f"{name}_s", "mean") * 1e3
         ax.plot([client_ms, client_ms], [y - 0.42, y + 0.42], color="black", lw=2, label="client mean")
     ax.set_yticks(range(len(bars)), [label for _, label in bars])
     handles, labels = ax.get_legend_handles_labels()
     unique = dict(zip(labels, handles, strict=True))  # one entry per part, however many bars
-    order = [*PART_LABELS.values(), "client/network overhead", "client mean"]
+    order = [*PART_LABELS.values(), "server frontend", "client/network", "client/network overhead", "client mean"]
     names = sorted(unique, key=order.index)
     ax.legend([unique[n] for n in names], names, fontsize=8.5, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     return fig

@@ -9,6 +9,12 @@ hand-off, and the client's dispatch lag (client TTFT counts from the intended ar
 Means decompose exactly (a mean of sums is the sum of means, over the same requests).
 Percentiles do not add up, so at median/p90/p99 the overhead is the client's percentile
 minus the server's own TTFT (or E2E) percentile, itself interpolated from buckets.
+
+Where the server also times the whole request from its own arrival (vLLM's TTFT and E2E
+histograms start when its HTTP frontend receives the request; its queue, prefill and
+decode times are the engine core's), the overhead splits once more, by means:
+
+    overhead = server frontend (server TTFT - queue - prefill) + client/network (client TTFT - server TTFT)
 """
 
 from __future__ import annotations
@@ -43,11 +49,16 @@ def _overhead(summary: dict[str, Any], client_key: str, parts: tuple[str, ...], 
     for p in PERCENTILES:
         if isinstance(server_whole, dict) and server_whole.get(p) is not None and client.get(p) is not None:
             overhead[p] = client[p] - server_whole[p]
-    return {
+    out = {
         f"{name}_overhead_s": overhead,
         f"{name}_overhead_pct": 100.0 * overhead["mean"] / client["mean"] if client["mean"] else None,
         f"{name}_server_parts": server[1],
     }
+    whole_mean = _mean(summary, f"server_{whole}")
+    if whole_mean is not None and server[1] != whole:
+        out[f"{name}_frontend_s"] = whole_mean - server[0]
+        out[f"{name}_network_s"] = client["mean"] - whole_mean
+    return out
 
 
 def decompose(summary: dict[str, Any]) -> dict[str, Any]:
