@@ -16,8 +16,9 @@ docs/validation.md.
    the gap between the tools, llmperf's client-vs-server split from vLLM's /metrics, and
    every command line, into the markdown file.
 
-With --lock, each heavy step (the capacity run, the server's start, each client run)
-holds that flock, so other heavy jobs on the machine queue between steps, not during.
+With --lock, each heavy step (the capacity run, the server's start, each load point's
+four runs) holds that flock, so other heavy jobs on the machine queue between steps,
+not during one.
 """
 
 from __future__ import annotations
@@ -81,30 +82,34 @@ def main() -> int:
     print(f"capacity {capacity_rps:.3f} req/s ({capacity_tps:.1f} output tok/s); Poisson at {rate_rps:.3f} req/s")
     results: list[Measured] = []
     with vllm_server(args, env, work) as (base_url, serve_cmd, startup_s):
-        trace = work / "poisson.jsonl"
-        for pair in range(args.pairs):
-            for point in ("poisson", "closed"):
-                tag = f"{point}-{pair}"
-                if point == "poisson":
-                    write_trace(trace.with_name(f"{tag}.jsonl"), rate_rps, args.requests, args.seed,
-                                hash_offset=(2 * pair) * args.requests * 8)
-                    vllm_trace = trace.with_name(f"{tag}-vllm.jsonl")
-                    write_trace(vllm_trace, rate_rps, args.requests, args.seed,
-                                hash_offset=(2 * pair + 1) * args.requests * 8)
-                for tool in ("llmperf", "vllm"):
-                    with heavy(args.lock):
-                        if tool == "llmperf":
-                            m = run_llmperf(args, base_url, point, trace.with_name(f"{tag}.jsonl"), work / f"llmperf-{tag}")
-                        else:
-                            m = run_vllm_bench(args, env, base_url, point, vllm_trace if point == "poisson" else None,
-                                               work, tag)
-                    print(f"{tag} {tool}: TTFT p50 {m.ttft_p50_ms:.1f} ms, TPOT p50 {m.tpot_p50_ms:.2f} ms, "
-                          f"{m.output_tps:.1f} output tok/s in {m.duration_s:.1f} s", flush=True)
-                    results.append(m)
+        for point in ("poisson", "closed"):
+            with heavy(args.lock):  # a point's A B A B under one hold: the same neighbours throughout
+                results += measure_point(args, env, base_url, point, rate_rps, work)
     text = render(args, capacity_rps, capacity_tps, capacity_cmd, serve_cmd, startup_s, rate_rps, results)
     Path(args.out).write_text(text, encoding="utf-8")
     print(f"wrote {args.out}")
     return 0
+
+
+def measure_point(args, env, base_url: str, point: str, rate_rps: float, work: Path) -> list[Measured]:
+    """`--pairs` times llmperf then vLLM. At the Poisson point both replay the same seeded
+    schedule, each run with prompt blocks of its own."""
+    results = []
+    for pair in range(args.pairs):
+        for tool in ("llmperf", "vllm"):
+            tag = f"{point}-{pair}-{tool}"
+            trace = work / f"{tag}.jsonl"
+            if point == "poisson":
+                run_index = 2 * pair + (tool == "vllm")
+                write_trace(trace, rate_rps, args.requests, args.seed, hash_offset=run_index * args.requests * 8)
+            if tool == "llmperf":
+                m = run_llmperf(args, base_url, point, trace, work / f"llmperf-{tag}")
+            else:
+                m = run_vllm_bench(args, env, base_url, point, trace, work, tag)
+            print(f"{tag}: TTFT p50 {m.ttft_p50_ms:.1f} ms, TPOT p50 {m.tpot_p50_ms:.2f} ms, "
+                  f"{m.output_tps:.1f} output tok/s in {m.duration_s:.1f} s", flush=True)
+            results.append(m)
+    return results
 
 
 def parse_args() -> argparse.Namespace:
