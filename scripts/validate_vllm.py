@@ -74,6 +74,8 @@ def main() -> int:
         print(f"validate_vllm: error: {args.checkpoint} is not a checkpoint folder (no config.json)")
         return 2
     work = Path(args.work_dir or f"/tmp/llmperf-validate-{os.getpid()}")
+    if args.render_only:
+        return render_work_dir(args, work)
     work.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "VLLM_CPU_OMP_THREADS_BIND": args.threads_bind, "VLLM_CPU_KVCACHE_SPACE": "2"}
 
@@ -112,6 +114,29 @@ def measure_point(args, env, base_url: str, point: str, rate_rps: float, work: P
     return results
 
 
+def render_work_dir(args, work: Path) -> int:
+    """The page from what a (possibly stopped) run left in its work dir."""
+    capacity_rps, capacity_tps = read_capacity(work / "throughput.json")
+    base_url = "http://127.0.0.1:PORT"
+    results = []
+    for point in ("poisson", "closed"):
+        for pair in range(args.pairs):
+            tag = f"{point}-{pair}"
+            summary = work / f"llmperf-{tag}-llmperf" / "summary.json"
+            if summary.is_file():
+                cmd = llmperf_command(args, base_url, point, work / f"{tag}-llmperf.jsonl", summary.parent)
+                results.append(read_llmperf_summary(summary, point, cmd))
+            result = work / f"vllm-{tag}-vllm.json"
+            if result.is_file():
+                cmd = vllm_bench_command(args, base_url, point, work / f"{tag}-vllm.jsonl", work, f"{tag}-vllm")
+                results.append(read_vllm_result(result, point, cmd))
+    text = render(args, capacity_rps, capacity_tps, capacity_command(args, work), serve_command(args, "PORT"),
+                  None, capacity_rps / 2, results)
+    Path(args.out).write_text(text, encoding="utf-8")
+    print(f"wrote {args.out} from {len(results)} runs in {work}")
+    return 0
+
+
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--checkpoint", required=True, help="a Hugging Face checkpoint folder")
@@ -125,6 +150,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--lock", default=None, help="flock this file around each heavy step")
     p.add_argument("--work-dir", default=None)
     p.add_argument("--out", default=str(ROOT / "docs/validation.md"))
+    p.add_argument("--render-only", action="store_true",
+                   help="write the page from the runs already in --work-dir (a run stopped part way)")
     return p.parse_args()
 
 
@@ -156,16 +183,23 @@ def run(cmd: list[str], env: dict | None = None, log: Path | None = None) -> Non
 
 
 def measure_capacity(args, env, work: Path) -> tuple[float, float, list[str]]:
+    cmd = capacity_command(args, work)
+    with heavy(args.lock):
+        run(cmd, env, work / "throughput.log")
+    return read_capacity(work / "throughput.json") + (cmd,)
+
+
+def read_capacity(path: Path) -> tuple[float, float]:
+    rps = json.loads(path.read_text())["requests_per_second"]
+    return rps, rps * OUTPUT_TOKENS
+
+
+def capacity_command(args, work: Path) -> list[str]:
     out = work / "throughput.json"
-    cmd = [args.vllm, "bench", "throughput", "--model", args.checkpoint, "--dtype", "bfloat16",
+    return [args.vllm, "bench", "throughput", "--model", args.checkpoint, "--dtype", "bfloat16",
            "--max-model-len", "2048", "--dataset-name", "random", "--random-input-len", str(INPUT_TOKENS),
            "--random-output-len", str(OUTPUT_TOKENS), "--num-prompts", str(args.capacity_requests),
            "--seed", str(args.seed), "--output-json", str(out)]
-    with heavy(args.lock):
-        run(cmd, env, work / "throughput.log")
-    result = json.loads(out.read_text())
-    rps = result["requests_per_second"]
-    return rps, rps * OUTPUT_TOKENS, cmd
 
 
 def free_port() -> int:
@@ -174,12 +208,16 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def serve_command(args, port: int | str) -> list[str]:
+    return [args.vllm, "serve", args.checkpoint, "--host", "127.0.0.1", "--port", str(port),
+            "--dtype", "bfloat16", "--max-model-len", "2048", "--served-model-name", SERVED_NAME,
+            "--no-enable-prefix-caching"]
+
+
 @contextlib.contextmanager
 def vllm_server(args, env, work: Path) -> Iterator[tuple[str, list[str], float]]:
     port = free_port()
-    cmd = [args.vllm, "serve", args.checkpoint, "--host", "127.0.0.1", "--port", str(port),
-           "--dtype", "bfloat16", "--max-model-len", "2048", "--served-model-name", SERVED_NAME,
-           "--no-enable-prefix-caching"]
+    cmd = serve_command(args, port)
     log = open(work / "vllm-serve.log", "w")  # noqa: SIM115 (closed below)
     proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
@@ -228,6 +266,12 @@ def write_trace(path: Path, rate_rps: float, n: int, seed: int, hash_offset: int
 
 
 def run_vllm_bench(args, env, base_url: str, point: str, trace: Path | None, work: Path, tag: str) -> Measured:
+    cmd = vllm_bench_command(args, base_url, point, trace, work, tag)
+    run(cmd, env, work / f"vllm-{tag}.log")
+    return read_vllm_result(work / f"vllm-{tag}.json", point, cmd)
+
+
+def vllm_bench_command(args, base_url: str, point: str, trace: Path | None, work: Path, tag: str) -> list[str]:
     result = f"vllm-{tag}.json"
     cmd = [args.vllm, "bench", "serve", "--backend", "vllm", "--base-url", base_url, "--model", SERVED_NAME,
            "--tokenizer", args.checkpoint, "--num-prompts", str(args.requests), "--ignore-eos",
@@ -240,8 +284,11 @@ def run_vllm_bench(args, env, base_url: str, point: str, trace: Path | None, wor
     else:
         cmd += ["--dataset-name", "random", "--random-input-len", str(INPUT_TOKENS), "--random-output-len",
                 str(OUTPUT_TOKENS), "--request-rate", "inf", "--max-concurrency", str(args.concurrency)]
-    run(cmd, env, work / f"vllm-{tag}.log")
-    r = json.loads((work / result).read_text())
+    return cmd
+
+
+def read_vllm_result(path: Path, point: str, cmd: list[str]) -> Measured:
+    r = json.loads(path.read_text())
     return Measured("vllm", point, r["median_ttft_ms"], r["median_tpot_ms"], r["output_throughput"],
                     r["duration"], cmd)
 
@@ -250,6 +297,12 @@ def run_vllm_bench(args, env, base_url: str, point: str, trace: Path | None, wor
 
 
 def run_llmperf(args, base_url: str, point: str, trace: Path, run_dir: Path) -> Measured:
+    cmd = llmperf_command(args, base_url, point, trace, run_dir)
+    run(cmd, {**os.environ, "PYTHONPATH": str(ROOT)}, run_dir.with_suffix(".log"))
+    return read_llmperf_summary(run_dir / "summary.json", point, cmd)
+
+
+def llmperf_command(args, base_url: str, point: str, trace: Path, run_dir: Path) -> list[str]:
     cmd = [sys.executable, "-m", "llmperf", "engine=openai", f"engine.base_url={base_url}/v1",
            f"engine.model={SERVED_NAME}", f"engine.tokenizer={args.checkpoint}", "engine.prompt_format=token_ids",
            f"scenario.num_requests={args.requests}", "scenario.ignore_eos=true", "scenario.temperature=0",
@@ -260,8 +313,11 @@ def run_llmperf(args, base_url: str, point: str, trace: Path, run_dir: Path) -> 
         cmd += ["scenario=closed", f"scenario.arrival.concurrency={args.concurrency}",
                 "scenario.prompt_tokens.dist=fixed", f"scenario.prompt_tokens.value={INPUT_TOKENS}",
                 "scenario.output_tokens.dist=fixed", f"scenario.output_tokens.value={OUTPUT_TOKENS}"]
-    run(cmd, {**os.environ, "PYTHONPATH": str(ROOT)}, run_dir.with_suffix(".log"))
-    s = json.loads((run_dir / "summary.json").read_text())
+    return cmd
+
+
+def read_llmperf_summary(path: Path, point: str, cmd: list[str]) -> Measured:
+    s = json.loads(path.read_text())
     split = {k: s.get(k) for k in ("ttft_s", "server_ttft_s", "server_queue_s", "server_prefill_s",
                                    "ttft_overhead_s", "ttft_overhead_pct", "e2e_overhead_pct",
                                    "ttft_frontend_s", "ttft_network_s",
@@ -276,8 +332,12 @@ FIGURES = (("ttft_p50_ms", "TTFT p50 (ms)"), ("tpot_p50_ms", "TPOT p50 (ms)"), (
 POINTS = {"poisson": "(a) Poisson at half capacity, same schedule", "closed": "(b) closed loop, concurrency 4"}
 
 
-def spread(values: list[float]) -> float:
-    return (max(values) - min(values)) / fmean(values) if len(values) > 1 else 0.0
+def ms(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds * 1e3:.1f}"
+
+
+def spread(values: list[float]) -> str:
+    return f"{(max(values) - min(values)) / fmean(values):.1%}" if len(values) > 1 else "one run"
 
 
 def render(args, capacity_rps, capacity_tps, capacity_cmd, serve_cmd, startup_s, rate_rps, results) -> str:
@@ -309,17 +369,23 @@ def render(args, capacity_rps, capacity_tps, capacity_cmd, serve_cmd, startup_s,
     for point, title in POINTS.items():
         runs = [m for m in results if m.point == point]
         ours, theirs = [m for m in runs if m.tool == "llmperf"], [m for m in runs if m.tool == "vllm"]
-        lines += [f"### {title}", "", "| figure | llmperf runs | vLLM runs | llmperf spread | vLLM spread | gap | within 10% |",
+        lines += [f"### {title}", ""]
+        if not ours or not theirs:
+            lines += [f"Not measured: {len(ours)} llmperf and {len(theirs)} vLLM runs completed at this point.", ""]
+            verdicts.append(False)
+            continue
+        lines += ["| figure | llmperf runs | vLLM runs | llmperf spread | vLLM spread | gap | within 10% |",
                   "|---|---|---|---|---|---|---|"]
         for key, label in FIGURES:
             a, b = [getattr(m, key) for m in ours], [getattr(m, key) for m in theirs]
             gap = abs(fmean(a) - fmean(b)) / fmean(b)
             verdicts.append(gap <= AGREEMENT)
             lines.append(f"| {label} | {' / '.join(f'{v:.1f}' for v in a)} | {' / '.join(f'{v:.1f}' for v in b)} | "
-                         f"{spread(a):.1%} | {spread(b):.1%} | {gap:.1%} | {'yes' if gap <= AGREEMENT else '**no**'} |")
+                         f"{spread(a)} | {spread(b)} | {gap:.1%} | {'yes' if gap <= AGREEMENT else '**no**'} |")
         lines += ["", "Run durations (s): llmperf " + " / ".join(f"{m.duration_s:.1f}" for m in ours)
                   + ", vLLM " + " / ".join(f"{m.duration_s:.1f}" for m in theirs) + ".", ""]
-    lines += [f"**Verdict: {'all' if all(verdicts) else 'not all'} {len(verdicts)} figures agree within 10%.**", "",
+    agreed = sum(verdicts)
+    lines += [f"**Verdict: {agreed} of {len(verdicts)} figures agree within 10%.**", "",
               "## Client vs server (llmperf's split, from vLLM's /metrics)", "",
               "Client TTFT mean = vLLM queue + vLLM prefill + overhead (network, HTTP, vLLM's frontend: "
               "tokenization, detokenization, hand-off to the engine core).", "",
@@ -333,8 +399,8 @@ def render(args, capacity_rps, capacity_tps, capacity_cmd, serve_cmd, startup_s,
         client, overhead = s["ttft_s"]["mean"] * 1e3, s["ttft_overhead_s"]["mean"] * 1e3
         hit_rate = s.get("server_prefix_cache_hit_rate")
         lines.append(f"| {m.point} | {client:.1f} | {s['server_ttft_s']['mean'] * 1e3:.1f} | {client - overhead:.1f} | "
-                     f"{overhead:.1f} | {s['ttft_frontend_s'] * 1e3:.1f} / {s['ttft_network_s'] * 1e3:.1f} | {s['ttft_overhead_pct']:.1f}% | {'-' if hit_rate is None else f'{hit_rate:.1%}'} |")
-    lines += ["", "## Command lines", "", "```", cmdline(capacity_cmd), cmdline(serve_cmd) + f"   # ready in {startup_s:.0f} s"]
+                     f"{overhead:.1f} | {ms(s.get('ttft_frontend_s'))} / {ms(s.get('ttft_network_s'))} | {s['ttft_overhead_pct']:.1f}% | {'-' if hit_rate is None else f'{hit_rate:.1%}'} |")
+    lines += ["", "## Command lines", "", "```", cmdline(capacity_cmd), cmdline(serve_cmd) + (f"   # ready in {startup_s:.0f} s" if startup_s else "")]
     seen = set()
     for m in results:
         key = (m.tool, m.point)
