@@ -10,6 +10,7 @@ server `--metrics` output; docs/server-metrics.md lists them with what each lack
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 
 HISTOGRAM, COUNTER, GAUGE = "histogram", "counter", "gauge"
 
@@ -41,7 +42,7 @@ class Family:
     def figure_of(self, metric: str) -> str | None:
         return self._by_metric.get(metric)
 
-    @property
+    @cached_property
     def _by_metric(self) -> dict[str, str]:
         return {m: figure for figure, m in self.metrics.items()}
 
