@@ -150,6 +150,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--lock", default=None, help="flock this file around each heavy step")
     p.add_argument("--work-dir", default=None)
     p.add_argument("--out", default=str(ROOT / "docs/validation.md"))
+    p.add_argument("--note", action="append", default=[], help="a line for the page (the machine's state, say)")
     p.add_argument("--render-only", action="store_true",
                    help="write the page from the runs already in --work-dir (a run stopped part way)")
     return p.parse_args()
@@ -352,6 +353,8 @@ def render(args, capacity_rps, capacity_tps, capacity_cmd, serve_cmd, startup_s,
         f"vLLM's CPU build with `VLLM_CPU_OMP_THREADS_BIND={args.threads_bind}`, `VLLM_CPU_KVCACHE_SPACE=2`, "
         f"checkpoint `{args.checkpoint}` ({checkpoint_shape(args.checkpoint)}).",
         "",
+        *(f"> {note}" for note in args.note),
+        *([""] if args.note else []),
         "## Capacity",
         "",
         f"`vllm bench throughput`, {args.capacity_requests} requests of {INPUT_TOKENS} tokens in and "
