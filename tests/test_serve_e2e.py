@@ -95,7 +95,8 @@ def test_a_server_killed_mid_run_ends_the_run_with_failed_requests_and_a_report(
     client = subprocess.Popen(
         [sys.executable, "-m", "llmperf", "engine=openai", f"engine.base_url={base_url}", "model=tiny",
          "engine.request_timeout_s=10", "scenario=chat", "scenario.num_requests=200",
-         "scenario.arrival.rate_rps=20", f"hydra.run.dir={run_dir}"],
+         "scenario.arrival.rate_rps=20", "scenario.saturation.enabled=false",
+             f"hydra.run.dir={run_dir}"],
         cwd=ROOT, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     requests = run_dir / "requests.jsonl"
