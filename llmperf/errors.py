@@ -36,3 +36,12 @@ class ConfigError(UsageError, ValueError):
 
 class DataError(UsageError):
     """A dataset or trace file is missing or holds a line that cannot be read."""
+
+
+def check_positive(owner: Any, *names: str, allow_none: bool = True, strict: bool = True) -> None:
+    for name in names:
+        value = getattr(owner, name)
+        if value is None and allow_none:
+            continue
+        if value is None or value < 0 or (strict and value == 0):
+            raise ConfigError(name, value, "must be > 0" if strict else "must be >= 0")

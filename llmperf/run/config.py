@@ -14,76 +14,12 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
 from llmperf.errors import ConfigError
+from llmperf.errors import check_positive as _positive
 from llmperf.telemetry.sources import SOURCES
-from llmperf.workload.arrivals import ARRIVALS
-from llmperf.workload.lengths import LENGTHS
-
-
-def _positive(owner: Any, *names: str, allow_none: bool = True, strict: bool = True) -> None:
-    for name in names:
-        value = getattr(owner, name)
-        if value is None and allow_none:
-            continue
-        if value is None or value < 0 or (strict and value == 0):
-            raise ConfigError(name, value, "must be > 0" if strict else "must be >= 0")
-
+from llmperf.workload.arrivals import ARRIVALS, ArrivalConfig
+from llmperf.workload.lengths import LengthConfig
 
 # -- scenario ---------------------------------------------------------------------------
-
-
-@dataclass
-class ArrivalConfig:
-    process: str = "poisson"
-    rate_rps: float | None = 1.0  # constant, poisson, gamma
-    burstiness: float = 1.0  # gamma shape: CV of the gaps = 1/sqrt(burstiness)
-    concurrency: int | None = None  # closed: requests in flight at all times
-    trace_path: str | None = None  # trace: JSONL or CSV (see llmperf/workload/trace.py)
-    trace_speedup: float = 1.0  # trace: replay this many times faster
-    ramp_start_rps: float = 0.0  # ramp: the rate at t=0; rate_rps is the rate it rises to
-    ramp_duration_s: float | None = None  # ramp: seconds from the start rate to rate_rps
-    ramp_steps: int | None = None  # ramp: null rises linearly; n rises in n equal steps
-
-    def __post_init__(self) -> None:
-        if self.process not in ARRIVALS:
-            raise ConfigError("process", self.process, "unknown arrival process", ARRIVALS)
-        kind = ARRIVALS[self.process]
-        _positive(self, "rate_rps", "burstiness", "concurrency", "trace_speedup")
-        if kind.needs_rate and self.rate_rps is None:
-            raise ConfigError(
-                "rate_rps", None, f"arrival process {self.process!r} needs a rate > 0"
-            )
-        if kind.closed_loop and self.concurrency is None:
-            raise ConfigError("concurrency", None, "the closed loop needs a concurrency >= 1")
-        if kind.needs_trace and not self.trace_path:
-            raise ConfigError("trace_path", self.trace_path, "the trace process needs a trace file")
-        _positive(self, "ramp_start_rps", allow_none=False, strict=False)
-        _positive(self, "ramp_duration_s", "ramp_steps")
-        if self.process == "ramp" and self.ramp_duration_s is None:
-            raise ConfigError("ramp_duration_s", None, "the ramp process needs a duration > 0")
-
-
-@dataclass
-class LengthConfig:
-    """Token counts: `fixed` uses value; `uniform` min..max; `normal`/`lognormal` mean and std
-    (of the lengths themselves); `dataset` the lengths of the dataset's texts."""
-
-    dist: str = "fixed"
-    value: int | None = None
-    mean: float | None = None
-    std: float | None = None
-    min: int = 1
-    max: int | None = None
-
-    def __post_init__(self) -> None:
-        if self.dist not in LENGTHS:
-            raise ConfigError("dist", self.dist, "unknown length distribution", LENGTHS)
-        for name in LENGTHS[self.dist].required:
-            if getattr(self, name) is None:
-                raise ConfigError(name, None, f"the {self.dist!r} distribution needs it")
-        _positive(self, "value", "mean", "min", "max")
-        _positive(self, "std", strict=False)
-        if self.max is not None and self.max < self.min:
-            raise ConfigError("max", self.max, f"must be >= min ({self.min})")
 
 
 @dataclass

@@ -10,8 +10,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from llmperf.errors import ConfigError
+from llmperf.errors import check_positive as _positive
+
 if TYPE_CHECKING:
-    from llmperf.run.config import ArrivalConfig
     from llmperf.workload.trace import TraceRow
 
 
@@ -131,3 +133,34 @@ ARRIVALS: dict[str, ArrivalProcess] = {
     "trace": ArrivalProcess(trace_times, needs_trace=True),
     "ramp": ArrivalProcess(ramp_times, needs_rate=True),
 }
+
+
+@dataclass
+class ArrivalConfig:
+    process: str = "poisson"
+    rate_rps: float | None = 1.0  # constant, poisson, gamma
+    burstiness: float = 1.0  # gamma shape: CV of the gaps = 1/sqrt(burstiness)
+    concurrency: int | None = None  # closed: requests in flight at all times
+    trace_path: str | None = None  # trace: JSONL or CSV (see llmperf/workload/trace.py)
+    trace_speedup: float = 1.0  # trace: replay this many times faster
+    ramp_start_rps: float = 0.0  # ramp: the rate at t=0; rate_rps is the rate it rises to
+    ramp_duration_s: float | None = None  # ramp: seconds from the start rate to rate_rps
+    ramp_steps: int | None = None  # ramp: null rises linearly; n rises in n equal steps
+
+    def __post_init__(self) -> None:
+        if self.process not in ARRIVALS:
+            raise ConfigError("process", self.process, "unknown arrival process", ARRIVALS)
+        kind = ARRIVALS[self.process]
+        _positive(self, "rate_rps", "burstiness", "concurrency", "trace_speedup")
+        if kind.needs_rate and self.rate_rps is None:
+            raise ConfigError(
+                "rate_rps", None, f"arrival process {self.process!r} needs a rate > 0"
+            )
+        if kind.closed_loop and self.concurrency is None:
+            raise ConfigError("concurrency", None, "the closed loop needs a concurrency >= 1")
+        if kind.needs_trace and not self.trace_path:
+            raise ConfigError("trace_path", self.trace_path, "the trace process needs a trace file")
+        _positive(self, "ramp_start_rps", allow_none=False, strict=False)
+        _positive(self, "ramp_duration_s", "ramp_steps")
+        if self.process == "ramp" and self.ramp_duration_s is None:
+            raise ConfigError("ramp_duration_s", None, "the ramp process needs a duration > 0")

@@ -8,12 +8,11 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 
-if TYPE_CHECKING:
-    from llmperf.run.config import LengthConfig
+from llmperf.errors import ConfigError
+from llmperf.errors import check_positive as _positive
 
 
 def fixed_length(cfg: LengthConfig, rng: np.random.Generator) -> float:
@@ -58,3 +57,27 @@ def sample_length(cfg: LengthConfig, rng: np.random.Generator) -> int:
     sample = LENGTHS[cfg.dist].sample
     assert sample is not None, "dataset lengths are read from the dataset"
     return clip_length(cfg, sample(cfg, rng))
+
+
+@dataclass
+class LengthConfig:
+    """Token counts: `fixed` uses value; `uniform` min..max; `normal`/`lognormal` mean and std
+    (of the lengths themselves); `dataset` the lengths of the dataset's texts."""
+
+    dist: str = "fixed"
+    value: int | None = None
+    mean: float | None = None
+    std: float | None = None
+    min: int = 1
+    max: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.dist not in LENGTHS:
+            raise ConfigError("dist", self.dist, "unknown length distribution", LENGTHS)
+        for name in LENGTHS[self.dist].required:
+            if getattr(self, name) is None:
+                raise ConfigError(name, None, f"the {self.dist!r} distribution needs it")
+        _positive(self, "value", "mean", "min", "max")
+        _positive(self, "std", strict=False)
+        if self.max is not None and self.max < self.min:
+            raise ConfigError("max", self.max, f"must be >= min ({self.min})")
