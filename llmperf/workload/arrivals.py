@@ -1,5 +1,6 @@
 """Arrival processes: when each request is meant to arrive, in seconds from the start of
-the measured load. One function per process, picked by name from `ARRIVALS`."""
+the measured load. One function per process, picked by name from `ARRIVALS`; the
+scenario's `arrival` options (`ArrivalConfig`) are declared here, beside them."""
 
 from __future__ import annotations
 
@@ -10,8 +11,11 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from llmperf.errors import ConfigError
+from llmperf.options import check_positive, option
+from llmperf.registry import Registry
+
 if TYPE_CHECKING:
-    from llmperf.run.config import ArrivalConfig
     from llmperf.workload.trace import TraceRow
 
 
@@ -122,12 +126,47 @@ class ArrivalProcess:
     closed_loop: bool = False  # a request is sent when a slot frees, not at a time
 
 
-ARRIVALS: dict[str, ArrivalProcess] = {
-    "offline": ArrivalProcess(offline_times),
-    "constant": ArrivalProcess(constant_times, needs_rate=True),
-    "poisson": ArrivalProcess(poisson_times, needs_rate=True),
-    "gamma": ArrivalProcess(gamma_times, needs_rate=True),
-    "closed": ArrivalProcess(offline_times, closed_loop=True),
-    "trace": ArrivalProcess(trace_times, needs_trace=True),
-    "ramp": ArrivalProcess(ramp_times, needs_rate=True),
-}
+ARRIVALS: Registry[ArrivalProcess] = Registry(
+    "arrival process",
+    {
+        "offline": ArrivalProcess(offline_times),
+        "constant": ArrivalProcess(constant_times, needs_rate=True),
+        "poisson": ArrivalProcess(poisson_times, needs_rate=True),
+        "gamma": ArrivalProcess(gamma_times, needs_rate=True),
+        "closed": ArrivalProcess(offline_times, closed_loop=True),
+        "trace": ArrivalProcess(trace_times, needs_trace=True),
+        "ramp": ArrivalProcess(ramp_times, needs_rate=True),
+    },
+)
+
+
+@dataclass
+class ArrivalConfig:
+    """`scenario.arrival`: when requests are sent."""
+
+    process: str = option("poisson", "offline | constant | poisson | gamma | closed | trace | ramp")
+    rate_rps: float | None = option(1.0, "constant, poisson, gamma: mean requests per second; ramp: the rate it rises to")
+    burstiness: float = option(1.0, "gamma shape b: gap CV = 1/sqrt(b); 1 is Poisson, < 1 burstier")
+    concurrency: int | None = option(None, "closed: requests kept in flight at all times")
+    trace_path: str | None = option(None, "trace: JSONL or CSV (timestamp ms, input_length, output_length, hash_ids)")
+    trace_speedup: float = option(1.0, "trace: replay this many times faster")
+    ramp_start_rps: float = option(0.0, "ramp: the rate at t=0; rate_rps is the rate it rises to")
+    ramp_duration_s: float | None = option(None, "ramp: seconds from the start rate to rate_rps")
+    ramp_steps: int | None = option(None, "ramp: null rises linearly; n rises in n equal steps")
+
+    def __post_init__(self) -> None:
+        ARRIVALS.check("process", self.process)
+        kind = ARRIVALS.get(self.process)
+        check_positive(self, "rate_rps", "burstiness", "concurrency", "trace_speedup")
+        if kind.needs_rate and self.rate_rps is None:
+            raise ConfigError(
+                "rate_rps", None, f"arrival process {self.process!r} needs a rate > 0"
+            )
+        if kind.closed_loop and self.concurrency is None:
+            raise ConfigError("concurrency", None, "the closed loop needs a concurrency >= 1")
+        if kind.needs_trace and not self.trace_path:
+            raise ConfigError("trace_path", self.trace_path, "the trace process needs a trace file")
+        check_positive(self, "ramp_start_rps", allow_none=False, strict=False)
+        check_positive(self, "ramp_duration_s", "ramp_steps")
+        if self.process == "ramp" and self.ramp_duration_s is None:
+            raise ConfigError("ramp_duration_s", None, "the ramp process needs a duration > 0")
