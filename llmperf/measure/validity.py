@@ -102,6 +102,16 @@ def no_throttling(summary: dict[str, Any], criteria: ValidityConfig) -> Check:
     return Check("no_throttling", not throttled, f"throttle reasons seen: {reasons}")
 
 
+def server_alive(summary: dict[str, Any], criteria: ValidityConfig) -> Check:
+    """A server llmperf launched that died mid-run failed the requests it had left."""
+    server = summary.get("server")
+    if not server:
+        return Check("server_alive", True, "no server launched")
+    if server.get("died_during_run"):
+        return Check("server_alive", False, summary.get("stopped") or "the server exited during the run")
+    return Check("server_alive", True, f"{server['family']} ran to the end")
+
+
 CHECKS: list[Callable[[dict[str, Any], ValidityConfig], Check]] = [
     warmup_done,
     min_duration,
@@ -111,6 +121,7 @@ CHECKS: list[Callable[[dict[str, Any], ValidityConfig], Check]] = [
     not_saturated,
     client_not_saturated,
     no_throttling,
+    server_alive,
 ]
 
 

@@ -13,6 +13,7 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
+from engines.launch.options import LaunchOptions
 from llmperf.errors import ConfigError
 from llmperf.telemetry.sources import SOURCES
 from llmperf.workload.arrivals import ARRIVALS
@@ -298,6 +299,7 @@ class OpenAIEngineConfig(EngineConfig):
     prompt_format: str = "text"  # text | token_ids (exact prompt lengths on vLLM, SGLang, llmperf-serve)
     model_config: str | None = None  # the served model's shape: a preset or a config.json folder; null: model.path, else the tokenizer's folder
     precision: str | None = None  # the server's weights: fp32 | bf16 | fp16 | int8 | fp8; null: torch_dtype, else bf16
+    launch: LaunchOptions = field(default_factory=LaunchOptions)  # a server llmperf starts and stops
 
     def __post_init__(self) -> None:
         _positive(self, "request_timeout_s", "connect_timeout_s", "max_connections")
@@ -308,6 +310,7 @@ class OpenAIEngineConfig(EngineConfig):
 
     def options(self, model: ModelSelection) -> dict[str, Any]:
         opts = super().options(model)
+        opts.pop("launch")  # the runner starts the server; the client gets its URL
         opts["model"] = self.model or model.name
         opts["model_config"] = self.model_config or model.path
         return opts

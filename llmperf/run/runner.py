@@ -2,11 +2,14 @@
 
     write_config       config.yaml, first, so even a run that fails says what it was
     resolve_hardware   the hardware profile (a datasheet, or this machine's probed ceilings)
+    launch_server      the server `engine.launch` names, started and ready (log in server.log);
+                       stopped when the run ends, however it ends
     build              the engine from its registry, and the scenario's workload for its tokenizer
     write_environment  environment.json, once the engine has loaded what it uses (torch, CUDA)
     drive_load         warmup then measured load, inside every AROUND_LOAD context
                        (engine started, telemetry collected, its samples then put
-                       on the records' clock)
+                       on the records' clock); a launched server that dies stops the sending
+    stop_server        the launched server, once the load is over (its exit code recorded)
     write_step_stats   steps.jsonl, when the engine reports its steps
     write_telemetry    telemetry.csv, on the records' clock
     summarize          the figures from the records and the config objects
@@ -26,6 +29,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import signal
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -35,6 +40,7 @@ from omegaconf import OmegaConf
 from rich.console import Console
 
 from engines.base import Engine, StepStat
+from engines.launch import LaunchError, ManagedServer
 from engines.reference.config import ModelConfig
 from engines.registry import build_engine
 from engines.synthetic import ByteTokenizer
@@ -56,7 +62,7 @@ from llmperf.perf.cost import cost_summary
 from llmperf.perf.footprint import device_of, footprint
 from llmperf.perf.prediction import prediction_summary
 from llmperf.perf.roofline import estimate_summary, roofline_summary
-from llmperf.run.config import Config
+from llmperf.run.config import Config, OpenAIEngineConfig
 from llmperf.run.console import LoadProgress, print_summary
 from llmperf.run.environment import collect_environment
 from llmperf.telemetry import Collector, SamplerUnavailable
@@ -78,6 +84,8 @@ class Run:
     summary: dict[str, Any] = field(default_factory=dict)
     profile: HardwareProfile | None = None
     collector: Collector | None = None
+    server: ManagedServer | None = None  # the server engine.launch started, if any
+    resources: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)  # closed at the end
 
     @property
     def interrupted(self) -> bool:
@@ -94,6 +102,39 @@ def resolve_hardware(run: Run) -> None:
         run.profile = resolve_profile(run.config.hardware)
     except ValueError as err:
         raise UsageError(f"hardware: {err}") from None
+
+
+def launch_server(run: Run) -> None:
+    """Start the server and point the client at it: its URL, its served name unless
+    engine.model names one, the checkpoint's tokenizer unless engine.tokenizer names one."""
+    engine_cfg = run.config.engine
+    if not isinstance(engine_cfg, OpenAIEngineConfig) or not engine_cfg.launch.enabled:
+        return
+    model = run.config.model
+    try:
+        server = ManagedServer(engine_cfg.launch, model.path or model.name, run.run_dir / "server.log")
+    except ValueError as err:
+        raise UsageError(f"engine.launch: {err}") from None
+    if model.path is None and not server.spec.serves_presets:
+        raise UsageError(
+            f"engine.launch={server.family!r} serves a checkpoint folder: set model.path=DIR "
+            f"(llmperf-export model={model.name} out=DIR writes one)"
+        )
+    run.resources.callback(server.stop)
+    run.console.print(f"starting {server.family} (log: {server.log_path})", markup=False, highlight=False)
+    try:
+        server.start()
+    except LaunchError as err:
+        raise UsageError(str(err)) from None
+    run.server = server
+    run.console.print(
+        f"{server.family} {server.version or ''} ready at {server.base_url} in {server.startup_s:.1f} s",
+        markup=False, highlight=False,
+    )
+    engine_cfg.base_url = server.base_url
+    engine_cfg.model = engine_cfg.model or server.served_model
+    if engine_cfg.tokenizer is None and model.path and (Path(model.path) / "tokenizer.json").is_file():
+        engine_cfg.tokenizer = model.path
 
 
 def build(run: Run) -> None:
@@ -122,6 +163,8 @@ def context_tokens(run: Run) -> int | None:
 
 def write_environment(run: Run) -> None:
     environment = collect_environment(run.profile.to_dict(), run.argv)
+    if run.server is not None:
+        environment["server"] = run.server.describe()
     _write_json(run.run_dir / "environment.json", environment)
 
 
@@ -182,6 +225,8 @@ def drive_load(run: Run) -> None:
         loadgen = LoadGenerator(
             run.engine, on_record, saturation=detector, record_tokens=scenario.record_tokens
         )
+        if run.server is not None:
+            stack.enter_context(run.server.watched(loadgen.stop_sending))
         sessions = None
         if run.workload.has_sessions:
             sessions = SessionLoad(
@@ -198,6 +243,11 @@ def drive_load(run: Run) -> None:
         run.collector.rebase(run.load.origin_perf_counter_s)
     if run.load.saturation is not None:
         run.console.print(f"[bold red]stopped early: {run.load.saturation.describe()}[/]")
+
+
+def stop_server(run: Run) -> None:
+    if run.server is not None:
+        run.server.stop()
 
 
 def write_step_stats(run: Run) -> None:
@@ -233,12 +283,14 @@ def summarize(run: Run) -> None:
         "schema_version": SCHEMA_VERSION,
         "engine": {**run.engine.info(), "name": cfg.engine.name, "config": asdict(cfg.engine)},
         "scenario": asdict(cfg.scenario),
-        "model": asdict(cfg.model),
+        "model": {**asdict(cfg.model), "label": model_label(run)},
         "hardware": run.profile.to_dict() if run.profile else cfg.hardware,
         "valid": False,
         "validity": [],
         "interrupted": run.load.interrupted,
         **saturation_summary(run.load),
+        "stopped": run.load.stopped,
+        "server": run.server.describe() if run.server is not None else None,
         **compute_metrics(run.records, cfg.scenario.slo),
         **session_metrics(run.records, cfg.scenario.prefix.block_tokens),
         "event_loop_lag_s": distribution(run.load.loop_lag_s),
@@ -257,6 +309,17 @@ def saturation_summary(load: LoadResult) -> dict[str, Any]:
         "saturated_at_rps": verdict.rate_rps,
         "saturation_detail": verdict.describe(),
     }
+
+
+def model_label(run: Run) -> str:
+    """What was measured: the served model (HTTP engines), the checkpoint folder with its
+    parameter count, or the preset."""
+    info = run.engine.info()
+    if isinstance(run.config.engine, OpenAIEngineConfig):
+        return str(info.get("model"))
+    name = Path(run.config.model.path).name if run.config.model.path else run.config.model.name
+    params = info.get("params")
+    return f"{name} ({params / 1e6:.1f}M)" if params else name
 
 
 def add_prefix_cache_figures(run: Run) -> None:
@@ -380,9 +443,11 @@ def write_report(run: Run) -> None:
 STAGES: list[Callable[[Run], None]] = [
     write_config,
     resolve_hardware,
+    launch_server,
     build,
     write_environment,
     drive_load,
+    stop_server,
     write_step_stats,
     write_telemetry,
     summarize,
@@ -398,9 +463,27 @@ def run_benchmark(
     config: Config, run_dir: Path, argv: list[str] | None = None, console: Console | None = None
 ) -> Run:
     run = Run(config, Path(run_dir), argv or [], console or Console())
-    for stage in STAGES:
-        stage(run)
+    with run.resources, _sigterm_as_exit():
+        for stage in STAGES:
+            stage(run)
     return run
+
+
+@contextlib.contextmanager
+def _sigterm_as_exit() -> Iterator[None]:
+    """SIGTERM unwinds the run like an error, so what it started (a server) is stopped."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def exit_now(signum: int, frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, exit_now)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _write_json(path: Path, data: Any) -> None:
