@@ -18,7 +18,7 @@ PROMPT_TEXTS = ["How do I keep a sourdough starter alive?", "Plant the seeds in 
 
 @pytest.fixture(scope="module")
 def tiny_checkpoint(tmp_path_factory):
-    out = tmp_path_factory.mktemp("export") / "tiny"
+    out = tmp_path_factory.mktemp("export") / "exported-tiny"
     assert main(["model=tiny", f"out={out}"]) == 0
     return out
 
@@ -119,3 +119,21 @@ def test_a_folder_with_files_is_kept_unless_force(tmp_path, capsys):
 def test_a_preset_too_large_for_memory_is_refused_before_allocating(tmp_path):
     with pytest.raises(ValueError, match="needs about .* GB of memory"):
         export_checkpoint("llama-3.1-70b", tmp_path / "big")
+
+
+def test_a_run_on_a_checkpoint_is_titled_with_its_folder_and_parameter_count(compose_config, tiny_checkpoint, tmp_path):
+    import io
+
+    from rich.console import Console
+
+    from llmperf.run.runner import run_benchmark
+
+    overrides = [
+        f"model.path={tiny_checkpoint}", "scenario.num_requests=4", "scenario.warmup_requests=0",
+        "scenario.output_tokens.dist=fixed", "scenario.output_tokens.value=4", "telemetry.enabled=false",
+        "report.enabled=false",
+    ]
+    console = Console(file=io.StringIO(), width=120)
+    run = run_benchmark(compose_config(*overrides), tmp_path, console=console)
+    assert run.summary["model"]["label"] == "exported-tiny (3.3M)"  # the folder's name, not the default preset's
+    assert "chat on reference / exported-tiny (3.3M): 4/4 completed" in console.file.getvalue()
