@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -67,6 +68,21 @@ def test_server_options_become_kebab_case_flags():
     assert kebab_args(args) == [
         "--max-num-seqs", "8", "--enforce-eager", "--no-enable-prefix-caching", "--l", "1", "2",
     ]
+    assert kebab_args({"compilation_config": {"level": 0}}) == ["--compilation-config", '{"level": 0}']
+
+
+def test_launch_options_compose_from_the_command_line_shorthands(compose_config):
+    from llmperf.cli import expand_shorthands
+
+    argv = expand_shorthands([
+        "engine=openai", "engine.launch=llmperf-serve", "engine.launch.args.max_num_seqs=8",
+        "engine.launch.args.engine.batching=static", "engine.launch.env.OMP_NUM_THREADS=2",
+    ])
+    launch = compose_config(*argv).engine.launch
+    assert launch.family == "llmperf-serve" and launch.env == {"OMP_NUM_THREADS": 2}
+    family = build_family(launch)
+    family.resolve_binary()
+    assert family.command("tiny", "127.0.0.1", 9)[-2:] == ["max_num_seqs=8", "engine.batching=static"]
 
 
 def test_vllm_serves_the_checkpoint_from_the_default_venv_with_cpu_threads_bound(tmp_path, monkeypatch):
@@ -104,7 +120,7 @@ def test_other_families_write_their_own_command_lines(tmp_path):
     assert llama.command("/m.gguf", "127.0.0.1", 9)[1:] == [
         "-m", "/m.gguf", "--host", "127.0.0.1", "--port", "9", "--metrics", "--ctx-size", "4096",
     ]
-    serve = build_family(LaunchOptions(family="llmperf-serve", args={"engine.batching": "static"}))
+    serve = build_family(LaunchOptions(family="llmperf-serve", args={"engine": {"batching": "static"}}))
     serve.resolve_binary()
     assert serve.command("tiny", "127.0.0.1", 9) == [
         sys.executable, "-m", "llmperf.serve", "model=tiny", "host=127.0.0.1", "port=9",
@@ -118,12 +134,13 @@ def test_other_families_write_their_own_command_lines(tmp_path):
     [
         ({"family": "tgi"}, "family='tgi': unknown server family; valid: vllm, sglang, llama.cpp"),
         ({"family": "generic"}, "command=None: the generic family needs a command"),
+        ({"family": "vllm", "command": ["x"]}, "command=['x']: is for the generic family, not 'vllm'"),
         ({"family": "vllm", "port": 70000}, "port=70000: must be in 1..65535"),
         ({"family": "vllm", "ready_timeout_s": 0}, "ready_timeout_s=0: must be > 0"),
     ],
 )
 def test_bad_launch_options_name_the_field(options, message):
-    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
+    with pytest.raises(ConfigError, match=re.escape(message)):
         LaunchOptions(**options)
 
 
@@ -263,14 +280,40 @@ def test_sigint_during_the_run_stops_the_server(tmp_path):
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
-    assert summary["interrupted"] and not alive(_server_pid(tmp_path / "run"))
+    port = summary["server"]["base_url"].split(":")[2].split("/")[0]
+    assert summary["interrupted"] and _fake_pids(port) == []
 
 
-def _server_pid(run: Path) -> int:
-    """The fake server's pid, from the line http.server logs for each request."""
-    port = json.loads((run / "summary.json").read_text())["server"]["base_url"].split(":")[2].split("/")[0]
+def test_sigint_while_waiting_for_readiness_stops_the_server(tmp_path):
+    proc = llmperf(fake_command("--never-ready"), *QUICK, cwd=tmp_path)
+    log = tmp_path / "run" / "server.log"
+    deadline = time.time() + 60
+    while (not log.is_file() or "starting on port" not in log.read_text()) and time.time() < deadline:
+        time.sleep(0.1)
+    port = log.read_text().split("starting on port ")[1].split(";")[0]
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and "interrupted" in err
+    assert _fake_pids(port) == []
+
+
+def test_sigterm_mid_run_stops_the_server(tmp_path):
+    proc = llmperf(fake_command("--tpot-s", "0.05"), *QUICK, "scenario.num_requests=200", "scenario.arrival.rate_rps=5", cwd=tmp_path)
+    log = tmp_path / "run" / "requests.jsonl"
+    deadline = time.time() + 60
+    while (not log.is_file() or not log.read_text()) and time.time() < deadline:
+        time.sleep(0.1)
+    port = (tmp_path / "run" / "server.log").read_text().split("starting on port ")[1].split(";")[0]
+    proc.send_signal(signal.SIGTERM)
+    proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signal.SIGTERM
+    assert _fake_pids(port) == []
+
+
+def _fake_pids(port: str) -> list[int]:
     out = subprocess.run(["pgrep", "-f", f"fake_server.py --port {port}"], capture_output=True, text=True).stdout
-    return int(out.split()[0]) if out.split() else -1
+    return [int(p) for p in out.split() if alive(int(p))]
 
 
 def test_a_sweep_over_server_options_starts_a_server_per_job(tmp_path):

@@ -4,6 +4,7 @@ line is written, and where it says its version. `FAMILIES` maps `engine.launch` 
 from __future__ import annotations
 
 import importlib
+import json
 import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -101,6 +102,8 @@ def kebab_args(args: dict[str, Any]) -> list[str]:
             out.append("--no-" + flag[2:])
         elif isinstance(value, (list, tuple)):
             out += [flag, *(str(v) for v in value)]
+        elif isinstance(value, dict):  # vLLM's JSON options: --compilation-config '{"level": 0}'
+            out += [flag, json.dumps(value)]
         else:
             out += [flag, str(value)]
     return out

@@ -21,7 +21,7 @@ class LlmperfServe(ServerFamily):
         return sys.executable
 
     def format_args(self, args: dict[str, Any]) -> list[str]:
-        return [f"{key}={'null' if value is None else _value(value)}" for key, value in args.items()]
+        return [f"{key}={'null' if value is None else _value(value)}" for key, value in _dotted(args)]
 
     def command(self, model: str, host: str, port: int) -> list[str]:
         model_arg = f"model.path={model}" if Path(model).expanduser().exists() else f"model={model}"
@@ -32,6 +32,18 @@ class LlmperfServe(ServerFamily):
 
     def local_version(self) -> str:
         return llmperf.__version__
+
+
+def _dotted(args: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
+    """{engine: {batching: static}} (how `args.engine.batching=static` composes) ->
+    [("engine.batching", "static")]."""
+    out: list[tuple[str, Any]] = []
+    for key, value in args.items():
+        if isinstance(value, dict):
+            out += _dotted(value, f"{prefix}{key}.")
+        else:
+            out.append((f"{prefix}{key}", value))
+    return out
 
 
 def _value(value: Any) -> str:
