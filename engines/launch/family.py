@@ -62,6 +62,10 @@ class ServerFamily:
         """The version when none of `version_routes` says it."""
         return None
 
+    def label_version(self, version: str) -> str:
+        """The version as recorded: what the server said, plus what it does not say."""
+        return version
+
     # -- shared --------------------------------------------------------------------------
 
     def args(self) -> dict[str, Any]:

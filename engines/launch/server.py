@@ -157,7 +157,7 @@ class ManagedServer:
                 except (httpx.HTTPError, ValueError, AttributeError):
                     value = None
                 if value:
-                    return str(value)
+                    return self.spec.label_version(str(value))
         return self.spec.local_version()
 
     # -- while the load runs --------------------------------------------------------------

@@ -36,6 +36,12 @@ class VLLM(ServerFamily):
             "VLLM_CPU_KVCACHE_SPACE": str(CPU_KVCACHE_SPACE_GIB),
         }
 
+    def label_version(self, version: str) -> str:
+        # /version says 0.32.0 for both builds; +cpu is how vLLM's own metadata marks the CPU one
+        if is_cpu_build(self.binary) and "+" not in version:
+            return f"{version}+cpu"
+        return version
+
     def command(self, model: str, host: str, port: int) -> list[str]:
         return [self.binary, "serve", model, "--host", host, "--port", str(port), *self.format_args(self.args())]
 
