@@ -37,7 +37,10 @@ def main() -> None:
     parser.add_argument("--child", action="store_true")
     parser.add_argument("--tpot-s", type=float, default=0.002)
     args = parser.parse_args()
-    print(f"fake server starting on port {args.port}; env FAKE_MARK={os.environ.get('FAKE_MARK')}", flush=True)
+    print(
+        f"fake server starting on port {args.port}; env FAKE_MARK={os.environ.get('FAKE_MARK')}",
+        flush=True,
+    )
     if args.exit_at_start is not None:
         print("fake server: failing at start as asked", flush=True)
         sys.exit(args.exit_at_start)
@@ -83,7 +86,10 @@ def main() -> None:
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
             with lock:
                 served["count"] += 1
-                if args.die_after_requests is not None and served["count"] > args.die_after_requests:
+                if (
+                    args.die_after_requests is not None
+                    and served["count"] > args.die_after_requests
+                ):
                     os.kill(os.getpid(), signal.SIGKILL)
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
@@ -93,16 +99,31 @@ def main() -> None:
             n_prompt = len(prompt) if isinstance(prompt, list) else len(str(prompt).split())
             for i in range(n):
                 time.sleep(args.tpot_s)
-                chunk = {"choices": [{"index": 0, "text": f" t{i}", "finish_reason": "length" if i == n - 1 else None}]}
+                chunk = {
+                    "choices": [
+                        {
+                            "index": 0,
+                            "text": f" t{i}",
+                            "finish_reason": "length" if i == n - 1 else None,
+                        }
+                    ]
+                }
                 self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
                 self.wfile.flush()
-            usage = {"prompt_tokens": n_prompt, "completion_tokens": n, "total_tokens": n_prompt + n}
-            self.wfile.write(f"data: {json.dumps({'choices': [], 'usage': usage})}\n\ndata: [DONE]\n\n".encode())
+            usage = {
+                "prompt_tokens": n_prompt,
+                "completion_tokens": n,
+                "total_tokens": n_prompt + n,
+            }
+            self.wfile.write(
+                f"data: {json.dumps({'choices': [], 'usage': usage})}\n\ndata: [DONE]\n\n".encode()
+            )
 
     server = ThreadingHTTPServer((args.host, args.port), Handler)
     server.daemon_threads = True
     signal.signal(signal.SIGTERM, signal.SIG_IGN) if args.ignore_sigterm else signal.signal(
-        signal.SIGTERM, lambda *_: (print("fake server: SIGTERM, stopping", flush=True), os._exit(0))
+        signal.SIGTERM,
+        lambda *_: (print("fake server: SIGTERM, stopping", flush=True), os._exit(0)),
     )
     server.serve_forever()
 

@@ -35,7 +35,11 @@ def test_export_writes_every_file_a_hugging_face_loader_reads(tiny_checkpoint):
     ]
     config = json.loads((tiny_checkpoint / "config.json").read_text())
     assert config["architectures"] == ["LlamaForCausalLM"]
-    assert (config["vocab_size"], config["num_hidden_layers"], config["hidden_size"]) == (512, 4, 256)
+    assert (config["vocab_size"], config["num_hidden_layers"], config["hidden_size"]) == (
+        512,
+        4,
+        256,
+    )
     assert (config["bos_token_id"], config["eos_token_id"], config["pad_token_id"]) == (1, 2, 0)
 
 
@@ -64,7 +68,7 @@ def test_transformers_and_the_reference_engine_agree_token_for_token(tiny_checkp
                 do_sample=False,
                 pad_token_id=0,
             )
-        hf_tokens = out[0, len(ids):].tolist()
+        hf_tokens = out[0, len(ids) :].tolist()
         ours = reference.generate([ids], max_tokens=24, ignore_eos=True)[0].token_ids
         assert list(ours) == hf_tokens
 
@@ -77,7 +81,9 @@ def test_the_tokenizer_round_trips_text_and_renders_the_chat_template(tiny_check
     assert (tok.bos_token_id, tok.eos_token_id, tok.pad_token_id) == (1, 2, 0)
     text = PROMPT_TEXTS[0]
     assert tok.decode(tok(text)["input_ids"], skip_special_tokens=True) == text
-    chat = tok.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False, add_generation_prompt=True)
+    chat = tok.apply_chat_template(
+        [{"role": "user", "content": "hi"}], tokenize=False, add_generation_prompt=True
+    )
     assert chat == "<s>user: hi</s>\nassistant:"
 
 
@@ -121,7 +127,9 @@ def test_a_preset_too_large_for_memory_is_refused_before_allocating(tmp_path):
         export_checkpoint("llama-3.1-70b", tmp_path / "big")
 
 
-def test_a_run_on_a_checkpoint_is_titled_with_its_folder_and_parameter_count(compose_config, tiny_checkpoint, tmp_path):
+def test_a_run_on_a_checkpoint_is_titled_with_its_folder_and_parameter_count(
+    compose_config, tiny_checkpoint, tmp_path
+):
     import io
 
     from rich.console import Console
@@ -129,11 +137,17 @@ def test_a_run_on_a_checkpoint_is_titled_with_its_folder_and_parameter_count(com
     from llmperf.run.runner import run_benchmark
 
     overrides = [
-        f"model.path={tiny_checkpoint}", "scenario.num_requests=4", "scenario.warmup_requests=0",
-        "scenario.output_tokens.dist=fixed", "scenario.output_tokens.value=4", "telemetry.enabled=false",
+        f"model.path={tiny_checkpoint}",
+        "scenario.num_requests=4",
+        "scenario.warmup_requests=0",
+        "scenario.output_tokens.dist=fixed",
+        "scenario.output_tokens.value=4",
+        "telemetry.enabled=false",
         "report.enabled=false",
     ]
     console = Console(file=io.StringIO(), width=120)
     run = run_benchmark(compose_config(*overrides), tmp_path, console=console)
-    assert run.summary["model"]["label"] == "exported-tiny (3.3M)"  # the folder's name, not the default preset's
+    assert (
+        run.summary["model"]["label"] == "exported-tiny (3.3M)"
+    )  # the folder's name, not the default preset's
     assert "chat on reference / exported-tiny (3.3M): 4/4 completed" in console.file.getvalue()

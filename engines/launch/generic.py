@@ -14,5 +14,7 @@ class Generic(ServerFamily):
         return self.options.command[0] if self.options.command else None
 
     def command(self, model: str, host: str, port: int) -> list[str]:
-        filled = [part.format(host=host, port=port, model=model) for part in self.options.command[1:]]
+        filled = [
+            part.format(host=host, port=port, model=model) for part in self.options.command[1:]
+        ]
         return [self.binary, *filled, *self.format_args(self.args())]

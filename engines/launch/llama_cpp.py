@@ -23,7 +23,16 @@ class LlamaCpp(ServerFamily):
         return super().format_args({k: v for k, v in args.items() if v is not False})
 
     def command(self, model: str, host: str, port: int) -> list[str]:
-        return [self.binary, "-m", model, "--host", host, "--port", str(port), *self.format_args(self.args())]
+        return [
+            self.binary,
+            "-m",
+            model,
+            "--host",
+            host,
+            "--port",
+            str(port),
+            *self.format_args(self.args()),
+        ]
 
     def local_version(self) -> str | None:
         try:
@@ -34,4 +43,3 @@ class LlamaCpp(ServerFamily):
             return None
         lines = (done.stdout + done.stderr).strip().splitlines()
         return next((line for line in lines if line.startswith("version")), None)
-

@@ -21,12 +21,19 @@ class LlmperfServe(ServerFamily):
         return sys.executable
 
     def format_args(self, args: dict[str, Any]) -> list[str]:
-        return [f"{key}={'null' if value is None else _value(value)}" for key, value in _dotted(args)]
+        return [
+            f"{key}={'null' if value is None else _value(value)}" for key, value in _dotted(args)
+        ]
 
     def command(self, model: str, host: str, port: int) -> list[str]:
         model_arg = f"model.path={model}" if Path(model).expanduser().exists() else f"model={model}"
         return [
-            self.binary, "-m", "llmperf.serve", model_arg, f"host={host}", f"port={port}",
+            self.binary,
+            "-m",
+            "llmperf.serve",
+            model_arg,
+            f"host={host}",
+            f"port={port}",
             *self.format_args(self.args()),
         ]
 
@@ -52,4 +59,3 @@ def _value(value: Any) -> str:
     if isinstance(value, (list, tuple)):
         return "[" + ",".join(_value(v) for v in value) + "]"
     return str(value)
-

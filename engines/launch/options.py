@@ -27,9 +27,13 @@ class LaunchOptions:
         if self.family is not None and self.family not in FAMILIES:
             raise ConfigError("family", self.family, "unknown server family", FAMILIES)
         if self.command and self.resolved_family != "generic":
-            raise ConfigError("command", self.command, f"is for the generic family, not {self.family!r}; use args")
+            raise ConfigError(
+                "command", self.command, f"is for the generic family, not {self.family!r}; use args"
+            )
         if self.resolved_family == "generic" and not self.command:
-            raise ConfigError("command", self.command, "the generic family needs a command: [binary, args...]")
+            raise ConfigError(
+                "command", self.command, "the generic family needs a command: [binary, args...]"
+            )
         if self.port is not None and not 1 <= self.port <= 65535:
             raise ConfigError("port", self.port, "must be in 1..65535 (null: a free port)")
         for name in ("ready_timeout_s", "stop_timeout_s"):

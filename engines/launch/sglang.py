@@ -22,7 +22,14 @@ class SGLang(ServerFamily):
 
     def command(self, model: str, host: str, port: int) -> list[str]:
         return [
-            self.binary, "-m", "sglang.launch_server", "--model-path", model,
-            "--host", host, "--port", str(port), *self.format_args(self.args()),
+            self.binary,
+            "-m",
+            "sglang.launch_server",
+            "--model-path",
+            model,
+            "--host",
+            host,
+            "--port",
+            str(port),
+            *self.format_args(self.args()),
         ]
-

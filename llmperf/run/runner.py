@@ -40,7 +40,7 @@ from omegaconf import OmegaConf
 from rich.console import Console
 
 from engines.base import Engine, StepStat
-from engines.launch import LaunchError, ManagedServer
+from engines.launch import ManagedServer
 from engines.reference.config import ModelConfig
 from engines.registry import build_engine
 from engines.synthetic import ByteTokenizer
@@ -65,6 +65,7 @@ from llmperf.perf.roofline import estimate_summary, roofline_summary
 from llmperf.run.config import Config, OpenAIEngineConfig
 from llmperf.run.console import LoadProgress, print_summary
 from llmperf.run.environment import collect_environment
+from llmperf.run.launch import launch_server, stop_server
 from llmperf.telemetry import Collector, SamplerUnavailable
 from llmperf.workload.requests import Workload
 
@@ -102,39 +103,6 @@ def resolve_hardware(run: Run) -> None:
         run.profile = resolve_profile(run.config.hardware)
     except ValueError as err:
         raise UsageError(f"hardware: {err}") from None
-
-
-def launch_server(run: Run) -> None:
-    """Start the server and point the client at it: its URL, its served name unless
-    engine.model names one, the checkpoint's tokenizer unless engine.tokenizer names one."""
-    engine_cfg = run.config.engine
-    if not isinstance(engine_cfg, OpenAIEngineConfig) or not engine_cfg.launch.enabled:
-        return
-    model = run.config.model
-    try:
-        server = ManagedServer(engine_cfg.launch, model.path or model.name, run.run_dir / "server.log")
-    except ValueError as err:
-        raise UsageError(f"engine.launch: {err}") from None
-    if model.path is None and not server.spec.serves_presets:
-        raise UsageError(
-            f"engine.launch={server.family!r} serves a checkpoint folder: set model.path=DIR "
-            f"(llmperf-export model={model.name} out=DIR writes one)"
-        )
-    run.resources.callback(server.stop)
-    run.console.print(f"starting {server.family} (log: {server.log_path})", markup=False, highlight=False)
-    try:
-        server.start()
-    except LaunchError as err:
-        raise UsageError(str(err)) from None
-    run.server = server
-    run.console.print(
-        f"{server.family} {server.version or ''} ready at {server.base_url} in {server.startup_s:.1f} s",
-        markup=False, highlight=False,
-    )
-    engine_cfg.base_url = server.base_url
-    engine_cfg.model = engine_cfg.model or server.served_model
-    if engine_cfg.tokenizer is None and model.path and (Path(model.path) / "tokenizer.json").is_file():
-        engine_cfg.tokenizer = model.path
 
 
 def build(run: Run) -> None:
@@ -243,11 +211,6 @@ def drive_load(run: Run) -> None:
         run.collector.rebase(run.load.origin_perf_counter_s)
     if run.load.saturation is not None:
         run.console.print(f"[bold red]stopped early: {run.load.saturation.describe()}[/]")
-
-
-def stop_server(run: Run) -> None:
-    if run.server is not None:
-        run.server.stop()
 
 
 def write_step_stats(run: Run) -> None:
