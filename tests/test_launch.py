@@ -489,3 +489,12 @@ def test_llmperf_serve_launched_on_a_preset(tmp_path):
     )
     assert summary["num_completed"] == 12 and summary["output_tokens_total"] == 12 * 8
     assert "chat on openai / tiny: 12/12" in out
+
+
+def test_the_docs_table_lists_every_launch_option():
+    import dataclasses
+
+    peers = (ROOT / "docs" / "peers.md").read_text()
+    table = peers.split("| `engine.launch.` | default | meaning |")[1].split("\n\n")[0]
+    listed = re.findall(r"^\| `(\w+)`", table, re.MULTILINE)
+    assert listed == [f.name for f in dataclasses.fields(LaunchOptions)]
