@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from engines.launch import LaunchError, LaunchOptions, ManagedServer
 from engines.launch.family import build_family, kebab_args
+from engines.launch.options import LaunchOptions
+from engines.launch.server import LaunchError, ManagedServer
 from engines.launch.vllm import cpu_list
 from llmperf.errors import ConfigError
 

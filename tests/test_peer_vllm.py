@@ -14,8 +14,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from engines.launch import LaunchOptions, ManagedServer
 from engines.launch.family import build_family
+from engines.launch.options import LaunchOptions
+from engines.launch.server import ManagedServer
 from engines.reference import ReferenceEngine
 from llmperf.export.checkpoint import export_checkpoint
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from engines.launch import LaunchError, ManagedServer
+from engines.launch.server import LaunchError, ManagedServer
 from llmperf.errors import UsageError
 from llmperf.run.config import OpenAIEngineConfig
 

@@ -40,7 +40,7 @@ from omegaconf import OmegaConf
 from rich.console import Console
 
 from engines.base import Engine, StepStat
-from engines.launch import ManagedServer
+from engines.launch.server import ManagedServer
 from engines.reference.config import ModelConfig
 from engines.registry import build_engine
 from engines.synthetic import ByteTokenizer
