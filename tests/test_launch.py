@@ -338,7 +338,11 @@ def test_a_server_killed_mid_run_ends_the_run_invalid_with_every_record_kept(tmp
     assert not summary["valid"] and summary["stopped"] == check["detail"]
     records = [json.loads(line) for line in (run / "requests.jsonl").read_text().splitlines()]
     completed = [r for r in records if r["error"] is None]
-    assert len(completed) == 6  # the warmup and 5 measured: what the server finished is kept
+    # The server finishes at most 6 (the warmup and 5 measured; fewer when a slow machine
+    # had several in flight as it died), and every one it finished is kept and counted.
+    assert 1 <= len(completed) <= 6
+    assert summary["num_completed"] == len([r for r in completed if not r["warmup"]])
+    assert all("connection" in r["error"] or "closed the stream" in r["error"] for r in records if r["error"])
     assert len(records) < 41  # sending stopped once the server was gone
     assert (run / "report.html").is_file()
 
