@@ -15,11 +15,17 @@ from pathlib import Path
 
 import pytest
 
-from engines.launch.family import build_family, kebab_args
+from engines.launch.base import kebab_args
+from engines.launch.family import build_family
 from engines.launch.options import LaunchOptions
 from engines.launch.server import LaunchError, ManagedServer
 from engines.launch.vllm import cpu_list
 from llmperf.errors import ConfigError
+
+
+def family_of(options: LaunchOptions):
+    return build_family(options.resolved_family, options)
+
 
 ROOT = Path(__file__).resolve().parent.parent
 FAKE = [sys.executable, str(ROOT / "tests" / "fake_server.py"), "--port", "{port}"]
@@ -107,7 +113,7 @@ def test_launch_options_compose_from_the_command_line_shorthands(compose_config)
     )
     launch = compose_config(*argv).engine.launch
     assert launch.family == "llmperf-serve" and launch.env == {"OMP_NUM_THREADS": 2}
-    family = build_family(launch)
+    family = family_of(launch)
     family.resolve_binary()
     assert family.command("tiny", "127.0.0.1", 9)[-2:] == [
         "max_num_seqs=8",
@@ -128,7 +134,7 @@ def test_vllm_serves_the_checkpoint_from_the_default_venv_with_cpu_threads_bound
     options = LaunchOptions(
         family="vllm", args={"max_num_seqs": 8}, env={"VLLM_CPU_KVCACHE_SPACE": 4}
     )
-    family = build_family(options)
+    family = family_of(options)
     assert family.resolve_binary() == str(venv / "bin" / "vllm")
     assert family.command("/ckpt", "127.0.0.1", 8123) == [
         str(venv / "bin" / "vllm"),
@@ -155,7 +161,7 @@ def test_cpu_lists_are_written_as_ranges():
 
 
 def test_other_families_write_their_own_command_lines(tmp_path):
-    sglang = build_family(LaunchOptions(family="sglang", binary=sys.executable))
+    sglang = family_of(LaunchOptions(family="sglang", binary=sys.executable))
     sglang.resolve_binary()
     assert sglang.command("/ckpt", "127.0.0.1", 9) == [
         sys.executable,
@@ -169,7 +175,7 @@ def test_other_families_write_their_own_command_lines(tmp_path):
         "9",
         "--enable-metrics",
     ]
-    llama = build_family(
+    llama = family_of(
         LaunchOptions(family="llama.cpp", binary=sys.executable, args={"ctx_size": 4096})
     )
     llama.resolve_binary()
@@ -184,7 +190,7 @@ def test_other_families_write_their_own_command_lines(tmp_path):
         "--ctx-size",
         "4096",
     ]
-    serve = build_family(
+    serve = family_of(
         LaunchOptions(family="llmperf-serve", args={"engine": {"batching": "static"}})
     )
     serve.resolve_binary()
@@ -342,7 +348,11 @@ def test_a_server_killed_mid_run_ends_the_run_invalid_with_every_record_kept(tmp
     # had several in flight as it died), and every one it finished is kept and counted.
     assert 1 <= len(completed) <= 6
     assert summary["num_completed"] == len([r for r in completed if not r["warmup"]])
-    assert all("connection" in r["error"] or "closed the stream" in r["error"] for r in records if r["error"])
+    assert all(
+        "connection" in r["error"] or "closed the stream" in r["error"]
+        for r in records
+        if r["error"]
+    )
     assert len(records) < 41  # sending stopped once the server was gone
     assert (run / "report.html").is_file()
 

@@ -20,6 +20,11 @@ from engines.launch.server import ManagedServer
 from engines.reference import ReferenceEngine
 from llmperf.export.checkpoint import export_checkpoint
 
+
+def family_of(options: LaunchOptions):
+    return build_family(options.resolved_family, options)
+
+
 pytestmark = pytest.mark.peer
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -28,7 +33,7 @@ VLLM_ARGS = {"dtype": "float32", "max_model_len": 1024}  # float32: the referenc
 
 
 def _vllm_binary() -> str:
-    family = build_family(LaunchOptions(family="vllm"))
+    family = family_of(LaunchOptions(family="vllm"))
     try:
         return family.resolve_binary()
     except FileNotFoundError as err:

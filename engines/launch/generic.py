@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from engines.launch.family import ServerFamily
+from engines.launch.base import ServerFamily
 
 
 class Generic(ServerFamily):

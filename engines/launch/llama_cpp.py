@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 from typing import Any
 
-from engines.launch.family import ServerFamily
+from engines.launch.base import ServerFamily
 
 
 class LlamaCpp(ServerFamily):

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import llmperf
-from engines.launch.family import ServerFamily
+from engines.launch.base import ServerFamily
 
 
 class LlmperfServe(ServerFamily):

@@ -23,7 +23,8 @@ from typing import Any
 
 import httpx
 
-from engines.launch.family import ServerFamily, build_family
+from engines.launch.base import ServerFamily
+from engines.launch.family import build_family
 from engines.launch.options import LaunchOptions
 
 POLL_INTERVAL_S = 0.25
@@ -43,7 +44,7 @@ class ManagedServer:
         self.options = options
         self.model = model
         self.log_path = Path(log_path)
-        self.spec: ServerFamily = build_family(options)
+        self.spec: ServerFamily = build_family(options.resolved_family, options)
         self.family = self.spec.name
         self.host = options.host
         self.port: int | None = None

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from engines.launch.family import ServerFamily
+from engines.launch.base import ServerFamily
 
 
 class SGLang(ServerFamily):

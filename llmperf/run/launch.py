@@ -4,15 +4,25 @@
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
+
+from rich.console import Console
 
 from engines.launch.server import LaunchError, ManagedServer
 from llmperf.errors import UsageError
-from llmperf.run.config import OpenAIEngineConfig
+from llmperf.run.config import Config, OpenAIEngineConfig
 
-if TYPE_CHECKING:
-    from llmperf.run.runner import Run
+
+class Run(Protocol):
+    """What these stages use of llmperf.run.runner.Run."""
+
+    config: Config
+    run_dir: Path
+    console: Console
+    server: ManagedServer | None
+    resources: contextlib.ExitStack
 
 
 def launch_server(run: Run) -> None:
