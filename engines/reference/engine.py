@@ -65,11 +65,16 @@ class ReferenceEngine(OfflineAPI):
         enable_prefix_caching: bool = False,
         max_model_len: int | None = None,
         tp: int = 1,
+        inject_slowdown: float = 0.0,
     ):
         if kv_block_size < 1:
             raise ValueError(f"kv_block_size must be >= 1, got {kv_block_size}")
         if tp < 1:
             raise ValueError(f"tp must be >= 1, got {tp}")
+        if not inject_slowdown >= 0:
+            raise ValueError(f"inject_slowdown must be >= 0, got {inject_slowdown}")
+        # Test-only: stretches every step by this fraction of its own time (see _stretch).
+        self.inject_slowdown = float(inject_slowdown)
         self.device = rank_device(device, 0)
         self.seed = seed
         self.tp = tp
@@ -93,6 +98,7 @@ class ReferenceEngine(OfflineAPI):
             enable_prefix_caching=enable_prefix_caching,
             max_model_len=self.max_model_len,
             tp=tp,
+            inject_slowdown=self.inject_slowdown,
         )
         sched_opts = SchedulerOptions(max_batch_size, max_wait_ms, max_num_seqs, max_num_batched_tokens)
         if tp > 1 and self.device.type == "cpu":
@@ -283,7 +289,7 @@ class ReferenceEngine(OfflineAPI):
         logits, sampled = self.runner.run(out.scheduled)
         real = [out.scheduled[i] for i in sampled]
         tokens = sample(logits, [s.seq.sampling for s in real], [s.seq.generator for s in real])
-        now = time.perf_counter()
+        now = self._stretch(start, time.perf_counter())
         for s in out.scheduled:
             if not s.is_padding:
                 s.seq.num_computed_tokens += s.num_new_tokens
@@ -300,6 +306,20 @@ class ReferenceEngine(OfflineAPI):
                 self._retire(seq, seq.finish_reason, now, emit=False)
         self._record_step(out, start, now, prefix_hits)
         return True
+
+    def _stretch(self, start: float, end: float) -> float:
+        """With inject_slowdown = f, spin for f x the step's own time; the new end of the step.
+
+        A calibrated slowdown for testing the regression gate: it lands inside the step (its
+        duration, its tokens' times), as a slower kernel would. A busy-wait, not a sleep, so
+        the core stays as busy as it would be computing.
+        """
+        if not self.inject_slowdown:
+            return end
+        until = end + self.inject_slowdown * (end - start)
+        while (now := time.perf_counter()) < until:
+            pass
+        return now
 
     def _record_step(self, out, start: float, end: float, prefix_hits: int) -> None:
         real = [s for s in out.scheduled if not s.is_padding]

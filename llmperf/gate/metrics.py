@@ -72,13 +72,33 @@ def _preemptions(steps: list[dict]) -> float:
     return float(sum(s.get("preemptions", 0) for s in steps))
 
 
-# Figures from steps.jsonl: counts of work, not times, so a busy machine does not move them.
+def _kv_blocks_peak(steps: list[dict]) -> float:
+    return float(max(s.get("kv_blocks_used", 0) for s in steps))
+
+
+def _decode_step_p10_s(steps: list[dict]) -> float:
+    """10th percentile of the pure decode steps' durations: the engine's speed when nothing
+    else ran on its cores. On a shared machine most steps are stretched now and then by a
+    neighbour; the fastest tenth are not, and a uniform slowdown moves them all the same."""
+    durations = sorted(s["duration_s"] for s in steps if s.get("kind") == "decode")
+    if not durations:
+        raise KeyError("a decode step")
+    at = 0.1 * (len(durations) - 1)
+    low = int(at)
+    high = min(low + 1, len(durations) - 1)
+    return durations[low] + (durations[high] - durations[low]) * (at - low)
+
+
+# Figures from steps.jsonl (measured window). All but decode_step_p10_s count work, not time, so a
+# busy machine does not move them.
 STEP_METRICS: dict[str, tuple[str, Callable[[list[dict]], float]]] = {
     "steps.count": (LOWER, _steps_count),
     "steps.tokens_per_step": (HIGHER, _tokens_per_step),
     "steps.seqs_per_step": (HIGHER, _seqs_per_step),
     "steps.padded_fraction": (LOWER, _padded_fraction),
     "steps.preemptions": (LOWER, _preemptions),
+    "steps.kv_blocks_peak": (LOWER, _kv_blocks_peak),
+    "steps.decode_step_p10_s": (LOWER, _decode_step_p10_s),  # a time: moves with the machine
 }
 
 

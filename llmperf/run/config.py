@@ -267,11 +267,12 @@ class ReferenceEngineConfig(EngineConfig):
     enable_prefix_caching: bool = False
     max_model_len: int | None = None
     tp: int = 1
+    inject_slowdown: float = 0.0  # test-only: each step spins this fraction of its own time more
 
     def __post_init__(self) -> None:
         _positive(self, "max_batch_size", "max_num_seqs", "max_num_batched_tokens", "num_kv_blocks")
         _positive(self, "kv_block_size", "max_model_len", "tp")
-        _positive(self, "max_wait_ms", allow_none=False, strict=False)
+        _positive(self, "max_wait_ms", "inject_slowdown", allow_none=False, strict=False)
 
 
 @dataclass
