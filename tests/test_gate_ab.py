@@ -43,6 +43,10 @@ def test_a_ten_percent_slower_head_fails_and_the_sides_alternate(repo, tmp_path,
     assert results["output_throughput_tps"]["change"] == pytest.approx(1 / 1.1 - 1, abs=0.01)
     assert results["forward_passes"]["verdict"] == "pass"
     assert results["forward_passes"]["base"] == [40.0] * 6  # the warmup step is left out
+    figures = read(tmp_path / "ab" / "figures.json")
+    assert figures["commit"] == "v2" and figures["dirty"] is False
+    assert figures["figures"]["ab.forward_passes"] == 40.0
+    assert figures["figures"]["ab.decode_step_p10_s.change"] == pytest.approx(0.10, abs=0.01)
     # A B, B A, A B ...: base=v1, head=v2, each from its own commit
     assert order(tmp_path / "order.log") == [
         "v1", "pair0-base", "v2", "pair0-head", "v2", "pair1-head", "v1", "pair1-base",

@@ -42,3 +42,21 @@ def test_calibration_refuses_a_counter_or_too_few_rounds(tmp_path, monkeypatch, 
     assert "is a counter" in capsys.readouterr().err
     assert main(["calibrate", "--rounds", "5", "--pairs", "6"]) == 2
     assert "must be between 5 and --rounds 5" in capsys.readouterr().err
+
+
+def test_a_calibration_cut_short_is_judged_from_its_complete_rounds(tmp_path, monkeypatch):
+    repo = make_repo(tmp_path / "repo")
+    monkeypatch.chdir(repo)
+    commit_version(repo, "v1", noise=0.01)
+    out = tmp_path / "cal"
+    assert main(["calibrate", "--rounds", "6", "--pairs", "5", "--trials", "4",
+                 "--slowdowns", "20%", "--out", str(out)]) == 0
+    first = read(out / "calibrate.json")
+    for run in out.glob("round5-*"):  # the last round lost one run
+        if run.name.endswith("slow20"):
+            (run / "summary.json").unlink()
+    assert main(["calibrate", "--from", str(out), "--pairs", "5", "--trials", "4",
+                 "--slowdowns", "20%"]) == 0
+    again = read(out / "calibrate.json")
+    assert again["rounds"] == 5 and first["rounds"] == 6
+    assert again["conditions"]["+20%"]["flagged"] == 4

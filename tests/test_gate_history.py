@@ -48,3 +48,11 @@ def test_history_errors_are_one_line_and_exit_2(tmp_path, capsys):
     assert main(["history", "decode_step_p10_s", "--csv", str(history)]) == 2
     err = capsys.readouterr().err
     assert "no figure 'decode_step_p10_s'" in err and "it holds: x" in err and err.count("\n") == 1
+
+
+def test_figures_from_a_dirty_tree_are_refused(tmp_path, capsys):
+    path = tmp_path / "f.json"
+    path.write_text(json.dumps({"commit": "aaaa", "dirty": True, "figures": {"x": 1.0}}))
+    assert main(["history", "--csv", str(tmp_path / "h.csv"), "--append", str(path)]) == 2
+    assert "uncommitted changes" in capsys.readouterr().err
+    assert not (tmp_path / "h.csv").exists()

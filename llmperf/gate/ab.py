@@ -15,6 +15,7 @@ import json
 from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
+from statistics import median
 
 from llmperf.gate.ab_figures import DEFAULT_FIGURES, Figure, figure_named, read_figures
 from llmperf.gate.ab_verdict import ABResult, change_text, judge_figure
@@ -22,6 +23,7 @@ from llmperf.gate.baseline import Baseline
 from llmperf.gate.checkout import dirty_files, repo_root, resolve_commit, worktree
 from llmperf.gate.compare import IMPROVED, REGRESSION, WITHIN_NOISE
 from llmperf.gate.errors import GateError
+from llmperf.gate.history import write_figures
 from llmperf.gate.paired import CONFIDENCE, MIN_PAIRS
 from llmperf.gate.provenance import describe, machine_facts
 from llmperf.gate.runs import validity_notes
@@ -98,6 +100,9 @@ def run(args: argparse.Namespace) -> int:
     text += "".join(f"\n{'warning' if args.allow_invalid else 'FAIL'}: {n}" for n in invalid)
     print(text)
     write_outputs(out, args.markdown, results, text, base, head)
+    figures = {f"ab.{r.figure.name}": median(r.head) for r in results}
+    figures |= {f"ab.{r.figure.name}.change": r.point for r in results if r.figure.timed}
+    write_figures(out / "figures.json", machine_facts(pairs[0][1]), figures)
     failed = any(r.is_regression for r in results) or (invalid and not args.allow_invalid)
     return 1 if failed else 0
 
@@ -169,10 +174,7 @@ def headline(results: Sequence[ABResult]) -> str:
 
 
 def _median_text(values: Sequence[float]) -> str:
-    ordered = sorted(values)
-    mid = len(ordered) // 2
-    value = ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
-    return f"{value:.4g}"
+    return f"{median(values):.4g}"
 
 
 def write_outputs(out: Path, markdown: Path | None, results: Sequence[ABResult], text: str,

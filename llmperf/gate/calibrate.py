@@ -56,6 +56,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed of the draws of pairs")
     p.add_argument("--out", type=Path, metavar="DIR",
                    help="where the runs and calibrate.json go (default reports/calibrate/<timestamp>)")
+    p.add_argument("--from", dest="from_dir", type=Path, metavar="DIR",
+                   help="judge the complete rounds an earlier calibration left in DIR (one cut"
+                        " short included) instead of running; --rounds is what DIR holds")
     p.add_argument("overrides", nargs="*", metavar="OVERRIDE",
                    help="llmperf overrides after --; default: ab's benchmark")
 
@@ -72,17 +75,25 @@ def run(args: argparse.Namespace) -> int:
     if not figure.timed:
         raise GateError(f"{args.figure} is a counter; calibrate a timed figure:"
                         f" {', '.join(n for n, f in FIGURES.items() if f.timed)}")
-    if not MIN_PAIRS <= args.pairs <= args.rounds:
+    if not MIN_PAIRS <= args.pairs <= (args.rounds if args.from_dir is None else 10**6):
         raise GateError(f"--pairs {args.pairs} must be between {MIN_PAIRS} and --rounds"
                         f" {args.rounds}")
-    root = repo_root(Path.cwd())
-    side = Side("head", root, None, f"working tree at {resolve_commit(root, 'HEAD')[:12]}")
-    stamp = datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
-    out = fresh_folder(args.out or Path("reports/calibrate") / stamp)
-    overrides = args.overrides or list(DEFAULT_BENCHMARK)
     conditions = {"A": (), "A/A": ()} | {
         f"+{s * 100:g}%": (f"engine.inject_slowdown={s}",) for s in args.slowdowns}
-    values = measure(side, overrides, conditions, args.rounds, out)
+    if args.from_dir is not None:
+        out = args.from_dir
+        values = measured(out, list(conditions))
+        args.rounds = len(values["A"])
+        if args.rounds < args.pairs:
+            raise GateError(f"{out} holds {args.rounds} complete rounds, fewer than --pairs"
+                            f" {args.pairs}")
+    else:
+        root = repo_root(Path.cwd())
+        side = Side("head", root, None, f"working tree at {resolve_commit(root, 'HEAD')[:12]}")
+        stamp = datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
+        out = fresh_folder(args.out or Path("reports/calibrate") / stamp)
+        values = measure(side, args.overrides or list(DEFAULT_BENCHMARK), conditions,
+                         args.rounds, out)
     report = judge_conditions(values, figure.name, args)
     report["machine"] = describe(machine_facts(load_job(out / "round0-a")))
     print_report(report, args)
@@ -103,6 +114,22 @@ def measure(side: Side, overrides: list[str], conditions: dict[str, tuple[str, .
             folder = out / f"round{r}-{_slug(name)}"
             job = run_once(side, [*overrides, *conditions[name]], folder)
             values[name].append(read_figures(job, figures))
+    return values
+
+
+def measured(out: Path, names: list[str]) -> dict[str, list[dict[str, float]]]:
+    """The figures of every complete round (a run folder per condition) left in `out`."""
+    if not out.is_dir():
+        raise GateError(f"calibration folder not found: {out}")
+    figures = [f for f in FIGURES.values() if f.timed]
+    values: dict[str, list[dict[str, float]]] = {name: [] for name in names}
+    r = 0
+    while all((out / f"round{r}-{_slug(n)}" / "summary.json").is_file() for n in names):
+        for name in names:
+            values[name].append(read_figures(load_job(out / f"round{r}-{_slug(name)}"), figures))
+        r += 1
+    if r == 0:
+        raise GateError(f"{out} holds no complete round of runs ({', '.join(names)})")
     return values
 
 

@@ -9,6 +9,7 @@ import importlib
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from statistics import median
 
 from llmperf.gate.baseline import (
     Baseline,
@@ -19,6 +20,7 @@ from llmperf.gate.baseline import (
 )
 from llmperf.gate.compare import judge
 from llmperf.gate.errors import GateError
+from llmperf.gate.history import write_figures
 from llmperf.gate.metrics import DEFAULT_TOLERANCE, MetricSpec, Tolerance, parse_metric_arg
 from llmperf.gate.provenance import describe, machine_facts, machine_mismatches
 from llmperf.gate.render import baseline_table, console_table, markdown
@@ -63,6 +65,8 @@ def build_parser() -> argparse.ArgumentParser:
                         ":-10%%; default: the baseline's metrics and tolerances")
     p.add_argument("--markdown", type=Path, metavar="FILE",
                    help="also write the verdict as markdown (for a CI comment)")
+    p.add_argument("--figures", type=Path, metavar="FILE",
+                   help="also write the current medians as figures.json for `history --append`")
     p.add_argument("--update", action="store_true",
                    help="write the baseline from the current figures (all repeats) instead;"
                         " without --metric and without a baseline: " + ", ".join(DEFAULT_METRICS))
@@ -118,6 +122,8 @@ def run(args: argparse.Namespace) -> int:
     origin = [f"baseline: {describe(old.source.get('machine') or {})}",
               f"current:  {describe(now)}"]
     print(console_table(results, warnings, origin))
+    if args.figures:
+        write_figures(args.figures, now, {r.spec.name: median(r.current) for r in results})
     if args.markdown:
         write_text(args.markdown, markdown(results, warnings, str(args.baseline), old,
                                            [str(p) for p in args.current]))

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 
+from llmperf.gate.baseline import now_iso
 from llmperf.gate.errors import GateError
 from llmperf.measure.run_files import is_number
 from llmperf.report.plotting import MUTED, color, new_figure, titled
@@ -51,6 +52,14 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def write_figures(path: Path, facts: dict, figures: dict[str, float]) -> None:
+    """figures.json for `--append`: the run's commit (and whether its tree was dirty), now."""
+    record = {"commit": facts.get("git_commit"), "dirty": bool(facts.get("git_dirty")),
+              "date": now_iso(), "figures": figures}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+
+
 def append(csv_path: Path, figures_json: Path) -> int:
     try:
         data = json.loads(figures_json.read_text(encoding="utf-8"))
@@ -59,6 +68,9 @@ def append(csv_path: Path, figures_json: Path) -> int:
     figures = data.get("figures") if isinstance(data, dict) else None
     if not isinstance(figures, dict) or not data.get("commit"):
         raise GateError(f"{figures_json}: needs {{'commit': ..., 'date': ..., 'figures': {{...}}}}")
+    if data.get("dirty"):
+        raise GateError(f"{figures_json}: measured on a working tree with uncommitted changes;"
+                        " history keeps committed code only")
     rows = [(data.get("date", ""), data["commit"], name, repr(float(value)))
             for name, value in figures.items() if is_number(value) and math.isfinite(value)]
     new = not csv_path.is_file()
