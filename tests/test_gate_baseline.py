@@ -141,3 +141,17 @@ def test_update_refuses_runs_from_a_dirty_tree(tmp_path, capsys):
     assert err.count("\n") == 1 and "uncommitted changes" in err
     assert main([*args, "--allow-dirty"]) == 0
     assert json.loads((tmp_path / "b.json").read_text())["source"]["machine"]["git_dirty"]
+
+
+def test_the_gate_writes_the_current_medians_for_the_history(tmp_path):
+    baseline = tmp_path / "b.json"
+    runs = [write_run(tmp_path / f"r{i}", summary(output_throughput_tps=tps))
+            for i, tps in enumerate((90.0, 100.0, 120.0))]
+    for run in runs:
+        _environment(run, "Intel(R) Xeon(R) Processor")
+    currents = [arg for run in runs for arg in ("--current", str(run))]
+    main(["--baseline", str(baseline), *currents, "--update", "--metric", "output_throughput_tps:-5%"])
+    assert main(["--baseline", str(baseline), *currents, "--figures", str(tmp_path / "f.json")]) == 0
+    figures = json.loads((tmp_path / "f.json").read_text())
+    assert figures["commit"] == "0123456789abcdef0123" and figures["dirty"] is False
+    assert figures["figures"] == {"output_throughput_tps": 100.0}
