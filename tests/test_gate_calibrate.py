@@ -60,3 +60,7 @@ def test_a_calibration_cut_short_is_judged_from_its_complete_rounds(tmp_path, mo
     again = read(out / "calibrate.json")
     assert again["rounds"] == 5 and first["rounds"] == 6
     assert again["conditions"]["+20%"]["flagged"] == 4
+    # two calibrations judged as one: their complete rounds add up
+    assert main(["calibrate", "--from", str(out), "--from", str(out), "--pairs", "8",
+                 "--trials", "4", "--slowdowns", "20%"]) == 0
+    assert read(out / "calibrate.json")["rounds"] == 10

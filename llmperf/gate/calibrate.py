@@ -56,9 +56,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed of the draws of pairs")
     p.add_argument("--out", type=Path, metavar="DIR",
                    help="where the runs and calibrate.json go (default reports/calibrate/<timestamp>)")
-    p.add_argument("--from", dest="from_dir", type=Path, metavar="DIR",
-                   help="judge the complete rounds an earlier calibration left in DIR (one cut"
-                        " short included) instead of running; --rounds is what DIR holds")
+    p.add_argument("--from", dest="from_dirs", type=Path, action="append", metavar="DIR",
+                   help="judge the complete rounds earlier calibrations left in DIR (one cut"
+                        " short included) instead of running; repeatable, the rounds add up")
     p.add_argument("overrides", nargs="*", metavar="OVERRIDE",
                    help="llmperf overrides after --; default: ab's benchmark")
 
@@ -75,14 +75,17 @@ def run(args: argparse.Namespace) -> int:
     if not figure.timed:
         raise GateError(f"{args.figure} is a counter; calibrate a timed figure:"
                         f" {', '.join(n for n, f in FIGURES.items() if f.timed)}")
-    if not MIN_PAIRS <= args.pairs <= (args.rounds if args.from_dir is None else 10**6):
+    if not MIN_PAIRS <= args.pairs <= (10**6 if args.from_dirs else args.rounds):
         raise GateError(f"--pairs {args.pairs} must be between {MIN_PAIRS} and --rounds"
                         f" {args.rounds}")
     conditions = {"A": (), "A/A": ()} | {
         f"+{s * 100:g}%": (f"engine.inject_slowdown={s}",) for s in args.slowdowns}
-    if args.from_dir is not None:
-        out = args.from_dir
-        values = measured(out, list(conditions))
+    if args.from_dirs:
+        out = args.from_dirs[0]
+        values = {name: [] for name in conditions}
+        for folder in args.from_dirs:
+            for name, runs in measured(folder, list(conditions)).items():
+                values[name] += runs
         args.rounds = len(values["A"])
         if args.rounds < args.pairs:
             raise GateError(f"{out} holds {args.rounds} complete rounds, fewer than --pairs"
