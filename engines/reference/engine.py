@@ -281,6 +281,7 @@ class ReferenceEngine(OfflineAPI):
         if not self.scheduler.has_work():
             return False
         start = time.perf_counter()
+        cpu_start_s = time.process_time()
         hits_before = self.kv.stats()["prefix_cache_hit_tokens"]
         out = self.scheduler.schedule(start, flushed_order)
         if out is None:
@@ -304,7 +305,7 @@ class ReferenceEngine(OfflineAPI):
             self._emit(seq, [token], now, first)
             if seq.finish_reason is not None:
                 self._retire(seq, seq.finish_reason, now, emit=False)
-        self._record_step(out, start, now, prefix_hits)
+        self._record_step(out, start, now, prefix_hits, time.process_time() - cpu_start_s)
         return True
 
     def _stretch(self, start: float, end: float) -> float:
@@ -321,7 +322,7 @@ class ReferenceEngine(OfflineAPI):
             pass
         return now
 
-    def _record_step(self, out, start: float, end: float, prefix_hits: int) -> None:
+    def _record_step(self, out, start: float, end: float, prefix_hits: int, cpu_s: float) -> None:
         real = [s for s in out.scheduled if not s.is_padding]
         self._steps.append(
             StepStat(
@@ -338,6 +339,7 @@ class ReferenceEngine(OfflineAPI):
                 num_waiting=len(self.scheduler.waiting),
                 preemptions=len(out.preempted),
                 prefix_cache_hit_tokens=prefix_hits,  # this step's admissions (re-admissions count anew)
+                cpu_s=cpu_s,
             )
         )
 

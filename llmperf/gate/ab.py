@@ -17,7 +17,13 @@ from datetime import datetime
 from pathlib import Path
 from statistics import median
 
-from llmperf.gate.ab_figures import DEFAULT_FIGURES, Figure, figure_named, read_figures
+from llmperf.gate.ab_figures import (
+    DEFAULT_FIGURES,
+    Figure,
+    figure_named,
+    read_figures,
+    readable,
+)
 from llmperf.gate.ab_verdict import ABResult, change_text, judge_figure
 from llmperf.gate.baseline import Baseline
 from llmperf.gate.checkout import dirty_files, repo_root, resolve_commit, worktree
@@ -136,12 +142,16 @@ def judge_pairs(pairs: Sequence[Pair], figures: list[Figure], tolerance: float,
                 counter_tolerance: float, base_label: str, head_label: str
                 ) -> tuple[list[ABResult], str]:
     """Verdicts for every figure and the console text: table, provenance, headline."""
+    figures, notes = readable([job for pair in pairs for job in pair], figures)
+    if not figures:
+        raise GateError("no figure could be read from every run: " + "; ".join(notes))
     values = {side: [read_figures(pair[i], figures) for pair in pairs]
               for i, side in enumerate(("base", "head"))}
     results = [judge_figure(f, [v[f.name] for v in values["base"]],
                             [v[f.name] for v in values["head"]],
                             tolerance if f.timed else counter_tolerance) for f in figures]
     lines = table(results)
+    lines += [f"warning: {note}" for note in notes]
     lines.append(f"base: {base_label}: {describe(machine_facts(pairs[0][0]))}")
     lines.append(f"head: {head_label}: {describe(machine_facts(pairs[0][1]))}")
     lines.append(f"times: Hodges-Lehmann change of the {len(pairs)} pairs' log-ratios,"

@@ -54,6 +54,8 @@ def _work_per_token(job: Job) -> tuple[float, float]:
 FIGURES: dict[str, Figure] = {f.name: f for f in (
     Figure("decode_step_p10_s", LOWER, True, _from("steps.decode_step_p10_s"),
            "10th percentile of the pure decode steps' durations (measured window)"),
+    Figure("decode_cpu_p10_s", LOWER, True, _from("steps.decode_cpu_p10_s"),
+           "10th percentile of the pure decode steps' CPU time, all threads (measured window)"),
     Figure("output_throughput_tps", HIGHER, True, _from("output_throughput_tps"),
            "output tokens / measured window"),
     Figure("e2e_s.median", LOWER, True, _from("e2e_s.median"), "median request latency"),
@@ -80,3 +82,18 @@ def figure_named(name: str) -> Figure:
 
 def read_figures(job: Job, figures: list[Figure]) -> dict[str, float]:
     return {f.name: f.read(job) for f in figures}
+
+
+def readable(jobs: list[Job], figures: list[Figure]) -> tuple[list[Figure], list[str]]:
+    """The figures every job reports, and a line for each left out (an older side's runs may
+    lack a newer figure: steps.jsonl without cpu_s)."""
+    kept, notes = [], []
+    for figure in figures:
+        try:
+            for job in jobs:
+                figure.read(job)
+        except GateError as e:
+            notes.append(f"{figure.name} left out: {e}")
+        else:
+            kept.append(figure)
+    return kept, notes

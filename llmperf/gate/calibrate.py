@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from llmperf.gate.ab import DEFAULT_PAIRS, DEFAULT_TOLERANCE, percent
-from llmperf.gate.ab_figures import FIGURES, figure_named, read_figures
+from llmperf.gate.ab_figures import FIGURES, figure_named, read_figures, readable
 from llmperf.gate.ab_verdict import change_text, judge_figure
 from llmperf.gate.checkout import repo_root, resolve_commit
 from llmperf.gate.compare import REGRESSION
@@ -116,7 +116,7 @@ def measure(side: Side, overrides: list[str], conditions: dict[str, tuple[str, .
         for name in order:
             folder = out / f"round{r}-{_slug(name)}"
             job = run_once(side, [*overrides, *conditions[name]], folder)
-            values[name].append(read_figures(job, figures))
+            values[name].append(read_figures(job, readable([job], figures)[0]))
     return values
 
 
@@ -129,7 +129,8 @@ def measured(out: Path, names: list[str]) -> dict[str, list[dict[str, float]]]:
     r = 0
     while all((out / f"round{r}-{_slug(n)}" / "summary.json").is_file() for n in names):
         for name in names:
-            values[name].append(read_figures(load_job(out / f"round{r}-{_slug(name)}"), figures))
+            job = load_job(out / f"round{r}-{_slug(name)}")
+            values[name].append(read_figures(job, readable([job], figures)[0]))
         r += 1
     if r == 0:
         raise GateError(f"{out} holds no complete round of runs ({', '.join(names)})")
@@ -139,6 +140,8 @@ def measured(out: Path, names: list[str]) -> dict[str, list[dict[str, float]]]:
 def judge_conditions(values: dict[str, list[dict[str, float]]], figure_name: str,
                      args: argparse.Namespace) -> dict:
     figure = figure_named(figure_name)
+    if any(figure_name not in v for runs in values.values() for v in runs):
+        raise GateError(f"some runs do not report {figure_name}")
     base = [v[figure_name] for v in values["A"]]
     rng = np.random.default_rng(args.seed)
     draws = [sorted(rng.choice(args.rounds, size=args.pairs, replace=False).tolist())
