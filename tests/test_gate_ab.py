@@ -118,3 +118,12 @@ def test_usage_errors_are_one_line_and_exit_2(repo, tmp_path, capsys, args, mess
     assert main(["ab", *args]) == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1
+
+
+def test_a_figure_the_runs_do_not_report_is_left_out_with_a_warning(repo, tmp_path, capsys):
+    base = commit_version(repo, "v1")
+    assert main(["ab", "--base", base, "--pairs", "5", "--out", str(tmp_path / "ab")]) == 0
+    out = capsys.readouterr().out
+    assert "warning: decode_cpu_p10_s left out: " in out and "lacks 'cpu_s'" in out
+    assert "warning: bytes_per_token left out: " in out  # no model accounting in these runs
+    assert "PASS: no regression in 6 figures" in out  # 9 less cpu, bytes, FLOPs
