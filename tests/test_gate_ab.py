@@ -72,7 +72,11 @@ def test_the_working_tree_is_the_default_head_uncommitted_changes_included(repo,
     base = commit_version(repo, "v1")
     main_py = repo / "llmperf" / "__main__.py"
     main_py.write_text(main_py.read_text().replace("SLOWDOWN = 0.0", "SLOWDOWN = 0.2"))
-    assert ab(tmp_path, "--base", base, "--pairs", "5") == 1
+    # a relative --out, as .ci/run gives it: both sides' runs land in it, not in their trees
+    assert main(["ab", "--base", base, "--pairs", "5", "--out", "reports/ci/ab", *FIGURES]) == 1
+    assert sorted(p.name for p in (repo / "reports/ci/ab").iterdir())[:2] == [
+        "ab.json", "figures.json"]
+    (repo / "reports/ci/ab").rename(tmp_path / "ab")
     out = capsys.readouterr().out
     assert "head (working tree at" in out and "+ uncommitted changes" in out
     results = {r["figure"]: r for r in read(tmp_path / "ab" / "ab.json")["results"]}

@@ -16,7 +16,8 @@ from engines.reference.config import ModelConfig
 from llmperf.gate.errors import GateError
 from llmperf.gate.metrics import HIGHER, LOWER
 from llmperf.gate.runs import Job, job_value
-from llmperf.perf.roofline import ModelWork, step_work
+from llmperf.perf.footprint import ModelWork
+from llmperf.perf.roofline import step_work
 
 
 @dataclass(frozen=True)

@@ -65,10 +65,11 @@ Pair = tuple[Job, Job]  # (base, head)
 
 
 def fresh_folder(out: Path) -> Path:
-    """`out`, checked to hold nothing yet: runs are never mixed with an earlier job's files."""
+    """`out` made absolute (each side runs in its own tree), checked to hold nothing yet: runs
+    are never mixed with an earlier job's files."""
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise GateError(f"{out} already exists and is not empty; give a new --out folder")
-    return out
+    return out.resolve()
 
 
 def run_pairs(base: Side, head: Side, overrides: Sequence[str], num_pairs: int, out: Path,
