@@ -13,7 +13,7 @@ import subprocess
 from pathlib import Path
 
 MAIN = '''
-import json, os, random, sys
+import json, os, random, sys, time
 from pathlib import Path
 SLOWDOWN = {slowdown}
 FORWARD_PASSES = {forward_passes}
@@ -21,6 +21,7 @@ STEP_S, NOISE = 0.010, {noise}
 args = dict(a.split("=", 1) for a in sys.argv[1:])
 slowdown = SLOWDOWN + float(args.get("engine.inject_slowdown", 0))
 folder = Path(args["hydra.run.dir"])
+time.sleep(float(args.get("sleep", 0)))
 folder.mkdir(parents=True)
 rng = random.Random()
 steps = [{{"start_s": 1.0 + i * 0.01, "kind": "decode", "duration_s":

@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pytest
 
 from llmperf.gate.cli import main
 from tests.gate_fake_repo import commit_version, git, make_repo, order, read
 
+ROOT = Path(__file__).resolve().parents[1]
 FIGURES = ["--figure", "decode_step_p10_s", "--figure", "output_throughput_tps",
            "--figure", "forward_passes", "--figure", "kv_blocks_peak"]
 
@@ -131,3 +138,19 @@ def test_a_figure_the_runs_do_not_report_is_left_out_with_a_warning(repo, tmp_pa
     assert "warning: decode_cpu_p10_s left out: " in out and "lacks 'cpu_s'" in out
     assert "warning: bytes_per_token left out: " in out  # no model accounting in these runs
     assert "PASS: no regression in 6 figures" in out  # 9 less cpu, bytes, FLOPs
+
+
+def test_a_terminated_ab_removes_its_worktrees(repo, tmp_path):
+    base = commit_version(repo, "v1")
+    # the gate's file as a script: `-m` would put the fake repo's own llmperf first on sys.path
+    proc = subprocess.Popen([sys.executable, str(ROOT / "llmperf/gate/__main__.py"), "ab", "--base", base,
+                             "--pairs", "5", "--out", str(tmp_path / "ab"), "--", "sleep=2"],
+                            cwd=repo, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while "pair 1/5" not in (line := proc.stdout.readline()) and time.monotonic() < deadline:
+        assert line, proc.stderr.read()
+    assert git(repo, "worktree", "list").count("\n") == 1  # the base's, while it runs
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=60) == 128 + signal.SIGTERM
+    assert git(repo, "worktree", "list").count("\n") == 0

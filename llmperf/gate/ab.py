@@ -33,7 +33,14 @@ from llmperf.gate.history import write_figures
 from llmperf.gate.paired import CONFIDENCE, MIN_PAIRS
 from llmperf.gate.provenance import describe, machine_facts
 from llmperf.gate.runs import validity_notes
-from llmperf.gate.sides import DEFAULT_BENCHMARK, Pair, Side, fresh_folder, run_pairs
+from llmperf.gate.sides import (
+    DEFAULT_BENCHMARK,
+    Pair,
+    Side,
+    fresh_folder,
+    run_pairs,
+    terminated_as_exit,
+)
 
 DEFAULT_PAIRS = 8
 DEFAULT_TOLERANCE = 0.05  # timed figures; counters default to 0 (exact)
@@ -92,6 +99,7 @@ def run(args: argparse.Namespace) -> int:
     stamp = datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
     out = fresh_folder(args.out or Path("reports/ab") / stamp)
     with contextlib.ExitStack() as stack:
+        stack.enter_context(terminated_as_exit())
         base = Side("base", stack.enter_context(worktree(root, base_commit)), base_commit,
                     f"base {base_ref} ({base_commit[:12]})")
         head = head_side(stack, root, args.head, head_commit)

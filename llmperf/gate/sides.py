@@ -8,10 +8,12 @@ A B, ...), so a drift of the machine over the job lands on both sides alike.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -70,6 +72,16 @@ def fresh_folder(out: Path) -> Path:
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise GateError(f"{out} already exists and is not empty; give a new --out folder")
     return out.resolve()
+
+
+@contextlib.contextmanager
+def terminated_as_exit() -> Iterator[None]:
+    """SIGTERM (a CI timeout, `kill`) unwinds like Ctrl-C, so temporary worktrees are removed."""
+    previous = signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def run_pairs(base: Side, head: Side, overrides: Sequence[str], num_pairs: int, out: Path,
