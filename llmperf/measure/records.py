@@ -10,6 +10,8 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import IO, Any
 
+EMPTY_OUTPUT = "empty output"  # the error of a request that ended without a token
+
 
 @dataclass
 class RequestRecord:
