@@ -308,6 +308,8 @@ class LoadGenerator:
                         record.error = event.error
                         record.input_tokens = event.num_prompt_tokens or record.input_tokens
                         record.output_tokens = event.num_output_tokens or record.output_tokens
+                        if event.error is None:
+                            record.token_count_source = event.token_count_source or "engine"
                         break
             finally:
                 aclose = getattr(stream, "aclose", None)

@@ -37,6 +37,7 @@ class RequestRecord:
     first_answer_token_s: float | None = None  # first token that is not reasoning
     prompt_token_ids: list[int] | None = None  # with scenario.record_tokens only
     output_token_ids: list[int] | None = None
+    token_count_source: str | None = None  # engines.base.TOKEN_COUNT_SOURCES; None: failed
 
     @property
     def ok(self) -> bool:

@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from llmperf.measure.metrics import token_count_warning
 from llmperf.measure.records import RequestRecord
 
 
@@ -84,6 +85,10 @@ def print_summary(summary: dict[str, Any], run_dir: Path, console: Console) -> N
         f"goodput {_num(summary['goodput_rps'])} req/s "
         f"(SLO met by {_num(summary['slo_attainment'], '.0%')})"
     )
+    warning = token_count_warning(summary.get("token_count_source"),
+                                  summary.get("token_count_sources") or {})
+    if warning:
+        console.print(f"[yellow]warning:[/yellow] {warning}", highlight=False)
     verdict = "[green]valid[/green]" if summary["valid"] else "[red]not valid[/red]"
     failed = [c for c in summary["validity"] if not c["ok"]]
     failed_checks = "; ".join(c["detail"] for c in failed if c.get("blocking", True))
