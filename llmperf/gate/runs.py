@@ -16,7 +16,8 @@ from typing import Any
 import yaml
 
 from llmperf.gate.errors import GateError
-from llmperf.gate.metrics import STEP_METRICS, MetricSpec, Selector
+from llmperf.gate.metric_spec import MetricSpec, Selector
+from llmperf.measure.catalog import metric
 from llmperf.measure.run_files import UnreadableFile, is_number, lookup, read_json
 
 SCHEMA_VERSION = 1
@@ -141,10 +142,11 @@ def select_job(jobs: list[Job], selector: Selector | None, spec: MetricSpec, whe
 
 def job_value(job: Job, base: str) -> float:
     """The figure `base` of one job."""
-    if base in STEP_METRICS:
+    figure = metric(base)
+    if figure.source == "steps.jsonl":
         steps = job.steps()
         try:
-            return STEP_METRICS[base][1](steps)
+            return figure.compute()(steps)
         except KeyError as e:
             raise GateError(f"{job.path / 'steps.jsonl'}: a step lacks {e.args[0]!r}") from None
     node = lookup(job.summary, base, default=_MISSING)

@@ -27,11 +27,10 @@ from typing import Any
 import numpy as np
 
 from engines.base import TOKEN_COUNT_SOURCES
+from llmperf.measure.catalog import STAT_KEYS
 from llmperf.measure.prefix_reuse import expected_hit_rate
 from llmperf.measure.records import RequestRecord
 from llmperf.run.config import SloConfig
-
-STAT_KEYS = ("mean", "median", "p90", "p95", "p99", "std", "min", "max")
 
 
 def distribution(values: Sequence[float]) -> dict[str, float | None]:

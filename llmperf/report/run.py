@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from llmperf.measure.metrics import STAT_KEYS, token_count_warning
+from llmperf.measure.catalog import STAT_KEYS
+from llmperf.measure.metrics import token_count_warning
 from llmperf.report import figures
 from llmperf.report.client_server import client_server_plots, split_rows
 from llmperf.report.folder import RUN_FILES, RunFolder, load_run_folder
