@@ -49,7 +49,7 @@ class RequestRecord:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> RequestRecord:
         known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in d.items() if k in known})
+        return cls(**{"first_token_s": None, **{k: v for k, v in d.items() if k in known}})
 
 
 class RecordWriter:
