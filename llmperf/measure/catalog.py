@@ -142,6 +142,10 @@ def _declare() -> list[Metric]:
            REQUEST_FIGURES, thr),
         _m("duration_s", "measured duration", "s", LOWER, "the measured window: first measured"
            " intended arrival to last measured end (warmup excluded)", REQUEST_FIGURES, thr),
+        _m("window_start_s", "window start", "s", NEITHER, "the first measured request's"
+           " intended arrival, seconds from the start of the run", REQUEST_FIGURES, "window"),
+        _m("window_end_s", "window end", "s", NEITHER, "the last measured request's end",
+           REQUEST_FIGURES, "window"),
         _m("num_requests", "requests measured", "requests", NEITHER,
            "measured requests sent (warmup excluded)", REQUEST_FIGURES, cnt),
         _m("num_completed", "requests completed", "requests", HIGHER, "measured requests that"

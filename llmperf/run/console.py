@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from llmperf.measure.catalog import LATENCIES
 from llmperf.measure.metrics import token_count_warning
 from llmperf.measure.records import RequestRecord
 
@@ -72,7 +73,7 @@ def print_summary(summary: dict[str, Any], run_dir: Path, console: Console) -> N
     figures.add_column("latency (ms)")
     for key in ("mean", "median", "p90", "p99", "max"):
         figures.add_column(key, justify="right")
-    for name in ("ttft_s", "tpot_s", "itl_s", "e2e_s", "queue_s", "dispatch_lag_s"):
+    for name in LATENCIES:
         figures.add_row(
             name.removesuffix("_s"),
             *(_ms(summary[name], k) for k in ("mean", "median", "p90", "p99", "max")),
