@@ -152,3 +152,37 @@ def test_the_docs_list_every_figure():
         assert f"`{m.name}`" in docs or m.name.endswith("_measured"), m.name
     for stat in STAT_KEYS:
         assert stat in docs
+
+
+def test_every_figure_a_real_run_writes_is_declared_in_the_catalog(tmp_path):
+    """A reference-engine run with telemetry, roofline, prediction and cost: each number of
+    its summary.json is a catalog figure, or the peak or mean of a telemetry column (whose
+    name carries its unit)."""
+    import io
+    import json
+
+    from rich.console import Console
+
+    from llmperf.run.runner import run_benchmark
+    from tests.test_run_figures import compose_config
+
+    config = compose_config([
+        "scenario=offline", "scenario.num_requests=4", "scenario.warmup_requests=1",
+        "scenario.prompt_tokens.dist=fixed", "scenario.prompt_tokens.value=32",
+        "scenario.output_tokens.dist=fixed", "scenario.output_tokens.value=8",
+        "engine.batching=continuous", "telemetry.interval_s=0.05", "hardware=cpu",
+        "hardware.usd_per_hour=0.36", "report.enabled=false",
+    ])
+    run_benchmark(config, tmp_path, console=Console(file=io.StringIO()))
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["token_count_source"] == "engine"
+    numbers = [k for k, v in summary.items()
+               if isinstance(v, (int, float, dict)) and not isinstance(v, bool)
+               and k not in ("schema_version", "engine", "scenario", "model", "hardware",
+                             "slo", "token_count_sources", "origin_unix_s",
+                             "origin_perf_counter_s", "measure_start_s")]
+    undeclared = [k for k in numbers if find(k) is None
+                  and not k.startswith(("telemetry_peak_", "telemetry_mean_"))]
+    assert undeclared == []
+    assert {"mbu_decode", "mfu_prefill", "usd_per_1m_tokens", "predicted_ttft_s",
+            "telemetry_num_samples"} <= set(numbers)

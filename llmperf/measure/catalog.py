@@ -48,6 +48,7 @@ COST = "llmperf.perf.cost:cost_summary"
 TELEMETRY = "llmperf.telemetry.summary:summarize"
 SESSIONS = "llmperf.measure.metrics:session_metrics"
 PREFIX_HITS = "llmperf.run.runner:add_prefix_cache_figures"
+COLLECTOR = "llmperf.telemetry.collector:Collector.summarize"
 
 
 @dataclass(frozen=True)
@@ -57,7 +58,7 @@ class Metric:
     unit: str  # one of UNITS
     direction: str  # one of DIRECTIONS
     definition: str  # what the docs say it is
-    computed_by: str  # "module:function"
+    computed_by: str  # "module:function" (or "module:Class.method")
     group: str  # the docs table and report section it belongs to
     distribution: bool = False  # an object of STAT_KEYS rather than one number
     family: str = ""  # metrics of one family share a docs row (the phases of MBU)
@@ -262,6 +263,9 @@ def _declare() -> list[Metric]:
            "`energy_j` ÷ output tokens", COST, cost),
         _m("telemetry_num_samples", "telemetry samples", "samples", NEITHER,
            "telemetry samples in the measured window", TELEMETRY, "telemetry"),
+        _m("telemetry_interval_s", "telemetry interval", "s", NEITHER,
+           "the time between telemetry samples asked for (`telemetry.interval_s`)",
+           COLLECTOR, "telemetry"),
         _m("telemetry_throttled_fraction", "share of samples throttled", "fraction", LOWER,
            "telemetry samples with an NVML power, thermal or board clock limit ÷ samples",
            TELEMETRY, "telemetry"),
@@ -331,5 +335,8 @@ def in_group(*groups: str) -> list[Metric]:
 
 @cache
 def _resolve(path: str) -> Callable:
-    module, _, function = path.partition(":")
-    return getattr(importlib.import_module(module), function)
+    module, _, attribute = path.partition(":")
+    found = importlib.import_module(module)
+    for name in attribute.split("."):  # a method: "Class.method"
+        found = getattr(found, name)
+    return found
