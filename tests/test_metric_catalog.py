@@ -125,6 +125,7 @@ def test_the_sweep_page_ranks_and_heads_columns_as_the_catalog_says():
 
     from llmperf.report.sweep import Sweep
 
+    assert [bare("valid", v) for v in (True, False, None)] == ["yes", "no", "–"]
     for column, name in FIGURES.items():
         if column in FLAGS:
             continue
