@@ -7,10 +7,12 @@ gate takes directions from here, the run report, the comparison page and the swe
 labels, units and directions, and the docs' metric tables are generated from it
 (`python -m llmperf.report.metric_docs`).
 
-`computed_by` is a "module:function" path rather than the function itself: the figures come
-from every layer (the load's records, the roofline, the cost model, telemetry), and the gate,
-which reads the catalog, must not import them (and torch with them). A test resolves each
-path.
+`computed_by` names the function by its file ("llmperf/perf/cost.py:cost_summary") rather
+than holding it: the figures come from every layer (the load's records, the roofline, the cost
+model, telemetry, the run's stages) while the catalog sits in the measurement layer and is
+read by the gate, which must not import them (and torch with them). `Metric.compute()`
+imports the function on demand (the gate does, for the steps.jsonl figures beside the catalog);
+a test resolves every one.
 
 Latency figures are distributions: `ttft_s` is an object of statistics, and `ttft_s.p99`
 names one of them; `metric("ttft_s.p99")` answers for it.
@@ -40,15 +42,15 @@ STAT_LABELS = {"median": "p50"}  # how a statistic reads after a figure's label
 PHASES = ("prefill", "decode", "mixed")  # the roofline's step phases (llmperf/perf/roofline.py)
 MEASURED_SUFFIX = "_measured"  # the same figure against the probe's measured peak
 
-# What the figures come out of ("module:function").
-REQUEST_FIGURES = "llmperf.measure.metrics:compute_metrics"
-ROOFLINE = "llmperf.perf.roofline:roofline_summary"
-PREDICTION = "llmperf.perf.prediction:prediction_summary"
-COST = "llmperf.perf.cost:cost_summary"
-TELEMETRY = "llmperf.telemetry.summary:summarize"
-SESSIONS = "llmperf.measure.metrics:session_metrics"
-PREFIX_HITS = "llmperf.run.runner:add_prefix_cache_figures"
-COLLECTOR = "llmperf.telemetry.collector:Collector.summarize"
+# What the figures come out of (file:function).
+REQUEST_FIGURES = "llmperf/measure/metrics.py:compute_metrics"
+ROOFLINE = "llmperf/perf/roofline.py:roofline_summary"
+PREDICTION = "llmperf/perf/prediction.py:prediction_summary"
+COST = "llmperf/perf/cost.py:cost_summary"
+TELEMETRY = "llmperf/telemetry/summary.py:summarize"
+SESSIONS = "llmperf/measure/metrics.py:session_metrics"
+PREFIX_HITS = "llmperf/run/runner.py:add_prefix_cache_figures"
+COLLECTOR = "llmperf/telemetry/collector.py:Collector.summarize"
 
 
 @dataclass(frozen=True)
@@ -58,7 +60,7 @@ class Metric:
     unit: str  # one of UNITS
     direction: str  # one of DIRECTIONS
     definition: str  # what the docs say it is
-    computed_by: str  # "module:function" (or "module:Class.method")
+    computed_by: str  # "llmperf/path/module.py:function" (or ":Class.method")
     group: str  # the docs table and report section it belongs to
     distribution: bool = False  # an object of STAT_KEYS rather than one number
     family: str = ""  # metrics of one family share a docs row (the phases of MBU)
@@ -129,7 +131,7 @@ def _declare() -> list[Metric]:
         _m("event_loop_lag_s", "event-loop lag", "s", LOWER, "how late the load generator's"
            " event loop wakes a 10 ms sleeper, probed throughout the measured phase: a busy"
            " client delays sends and stamps receipts late alike",
-           "llmperf.run.runner:summarize", "latency_detail", distribution=True),
+           "llmperf/run/runner.py:summarize", "latency_detail", distribution=True),
         _m("output_throughput_tps", "output throughput", "tok/s", HIGHER,
            "output tokens of completed requests / `duration_s`", REQUEST_FIGURES, thr),
         _m("total_throughput_tps", "total throughput", "tok/s", HIGHER,
@@ -184,7 +186,7 @@ def _declare() -> list[Metric]:
            PREFIX_HITS, "sessions"),
         _m("saturated_at_rps", "saturated at", "req/s", NEITHER, "the offered rate at which"
            " the engine's queue grew without bound and the run stopped early (open loop with"
-           " `scenario.saturation.enabled`)", "llmperf.run.runner:saturation_summary", thr),
+           " `scenario.saturation.enabled`)", "llmperf/run/runner.py:saturation_summary", thr),
     ]
     peak = ("÷ peak memory bandwidth (the datasheet's; `_measured`: the probe's)")
     metrics += _phases("mbu_", "MBU", "fraction", HIGHER, "bytes the phase's steps had to read"
@@ -270,7 +272,7 @@ def _declare() -> list[Metric]:
            "telemetry samples with an NVML power, thermal or board clock limit ÷ samples",
            TELEMETRY, "telemetry"),
     ]
-    steps = "llmperf.measure.step_figures"
+    steps = "llmperf/measure/step_figures.py"
     metrics += [
         _m("steps.count", "engine steps", "steps", LOWER, "number of engine steps",
            f"{steps}:steps_count", "steps"),
@@ -335,8 +337,8 @@ def in_group(*groups: str) -> list[Metric]:
 
 @cache
 def _resolve(path: str) -> Callable:
-    module, _, attribute = path.partition(":")
-    found = importlib.import_module(module)
+    file, _, attribute = path.partition(":")
+    found = importlib.import_module(file.removesuffix(".py").replace("/", "."))
     for name in attribute.split("."):  # a method: "Class.method"
         found = getattr(found, name)
     return found
