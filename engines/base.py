@@ -148,6 +148,20 @@ class StepStat:
         return asdict(self)
 
 
+def local_model_info(engine: Any, compute_dtype: str, kv_bytes_per_element: int) -> dict[str, Any]:
+    """What an engine that holds the model itself reports of it (`info()`), for the roofline."""
+    config = engine.config
+    return {
+        "name": engine.name,
+        "model": engine.model_name,
+        "model_config": config.to_dict(),
+        "params": config.num_params(),
+        "weight_bytes": engine.weight_bytes,
+        "compute_dtype": compute_dtype.removeprefix("torch."),
+        "kv_bytes_per_token": config.kv_bytes_per_token(kv_bytes_per_element),
+    }
+
+
 class EventChannel:
     """A request's events, from the engine's own thread to the caller's asyncio loop, in order.
 
@@ -174,6 +188,18 @@ class EventChannel:
                 return
 
 
+@dataclass(frozen=True)
+class EngineCapabilities:
+    """What an engine offers beyond `Engine`'s methods. The harness reads these flags;
+    it never probes an engine for a method."""
+
+    flush: bool = False  # flush(): launch what waits, even a partial batch (engines that hold requests back)
+    step_stats: bool = False  # step_stats() -> list[StepStat]: one per step of its loop
+    kv_stats: bool = False  # kv: a KV cache with num_blocks, block_size and num_free_blocks
+    scheduler: bool = False  # scheduler: running and waiting sequences
+    liveness: bool = False  # is_alive(): False once the engine's loop thread has died
+
+
 @runtime_checkable
 class Tokenizer(Protocol):
     vocab_size: int
@@ -189,6 +215,7 @@ class Engine(Protocol):
     """What the load generator drives. See README "Adding an engine"."""
 
     name: str
+    capabilities: EngineCapabilities
 
     def start(self) -> None:
         """Acquire resources (threads, connections, weights). Idempotent."""
@@ -207,7 +234,7 @@ class Engine(Protocol):
         """Tokenizer used to build prompts and count tokens, if the engine has one."""
 
 
-# Optional: an engine that holds requests back to form batches (static batching)
-# has `flush()`, called by the load generator when no more requests are coming for
-# now (after the warmup, after the last request, between closed-loop sends): what
-# waits launches even as a partial batch.
+# An engine that holds requests back to form batches (static batching) declares
+# `capabilities.flush` and has `flush()`, called by the load generator when no more
+# requests are coming for now (after the warmup, after the last request, between
+# closed-loop sends): what waits launches even as a partial batch.

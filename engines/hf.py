@@ -13,10 +13,9 @@ the caller's event loop as the reference engine's do.
 
 from __future__ import annotations
 
-import threading
 import time
-from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import torch
@@ -28,19 +27,26 @@ from transformers import (
 from transformers.generation.streamers import BaseStreamer
 
 from engines.base import (
-    EventChannel,
+    EngineCapabilities,
     Request,
     StepStat,
     TokenEvent,
+    local_model_info,
     request_error,
     resolve_max_model_len,
 )
 from engines.hf_model import build_hf_model
-from engines.reference.precision import PRECISIONS
+from engines.hf_options import HFEngineConfig
+from engines.reference.precision import PRECISIONS, Precision
 from engines.reference.tokenizer import load_tokenizer
 from engines.reference.weights import resolve_model
+from engines.threaded import ThreadedEngine
+from llmperf.registry import Registry
 
-FLOAT_PRECISIONS = {name: p for name, p in PRECISIONS.items() if not p.is_quantized}
+FLOAT_PRECISIONS: Registry[Precision] = Registry(
+    "precision for engine hf",
+    {name: PRECISIONS[name] for name in PRECISIONS if not PRECISIONS[name].is_quantized},
+)
 
 
 @dataclass
@@ -51,7 +57,15 @@ class _Job:
     output_token_ids: list[int] = field(default_factory=list)
     finish_reason: str | None = None
     aborted: bool = False
-    scheduled_s: float | None = None
+    admitted_s: float | None = None  # when its generate() call began
+
+    @property
+    def request_id(self) -> str:
+        return self.request.id
+
+    @property
+    def is_finished(self) -> bool:
+        return self.finish_reason is not None
 
     @property
     def batch_key(self) -> tuple:
@@ -60,49 +74,34 @@ class _Job:
         return (s.temperature, s.top_k, s.top_p, s.ignore_eos, s.stop_token_ids)
 
 
-class HFEngine:
+class HFEngine(ThreadedEngine):
     name = "hf"
+    loop_name = "generate"
+    capabilities = EngineCapabilities(step_stats=True, liveness=True)
 
-    def __init__(
-        self,
-        model: str = "tiny",
-        device: str = "cpu",
-        precision: str = "fp32",
-        max_batch_size: int = 8,
-        seed: int = 0,
-        attn_implementation: str = "sdpa",
-        max_model_len: int | None = None,
-    ):
-        if precision not in FLOAT_PRECISIONS:
-            raise ValueError(
-                f"unknown precision {precision!r} for engine hf; "
-                f"valid: {', '.join(FLOAT_PRECISIONS)}"
-            )
-        if max_batch_size < 1:
-            raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
-        self.device = torch.device(device)
-        self.seed = seed
+    def __init__(self, model: str = "tiny", options: HFEngineConfig | None = None, **overrides: Any):
+        """`options` (default: the defaults), with `overrides` replacing some of its fields."""
+        opts = replace(options or HFEngineConfig(), **overrides)
+        precision = FLOAT_PRECISIONS.get(opts.precision)
+        self.opts = opts
+        self.device = torch.device(opts.device)
+        self.seed = opts.seed
         self.model_name = model
-        self.options = dict(
-            device=device,
-            precision=precision,
-            max_batch_size=max_batch_size,
-            seed=seed,
-            attn_implementation=attn_implementation,
-        )
         self.config, checkpoint = resolve_model(model)
         self.max_model_len = resolve_max_model_len(
-            self.config.max_position_embeddings, max_model_len
+            self.config.max_position_embeddings, opts.max_model_len
         )
-        self.options["max_model_len"] = self.max_model_len
+        # info() reports the options as resolved
+        self.options = {**asdict(opts), "max_model_len": self.max_model_len}
+        del self.options["name"]
         self.model = build_hf_model(
             self.config,
             checkpoint,
-            FLOAT_PRECISIONS[precision].compute_dtype(self.device),
+            precision.compute_dtype(self.device),
             self.device,
-            seed,
+            opts.seed,
             self.max_model_len,
-            attn_implementation,
+            opts.attn_implementation,
         )
         unique = {p.data_ptr(): p for p in self.model.parameters()}  # tied embeddings count once
         self.weight_bytes = sum(p.numel() * p.element_size() for p in unique.values())
@@ -111,165 +110,82 @@ class HFEngine:
         )
         self.pad_token_id = self.config.eos_token_ids[0] if self.config.eos_token_ids else 0
 
-        self._cond = threading.Condition()  # guards the queue, the job table and the flag
-        self._waiting: list[_Job] = []
-        self._jobs: dict[str, _Job] = {}
-        self._running = False
-        self._died: str | None = None  # why the generate loop died, if it did
-        self._thread: threading.Thread | None = None
-        self._steps: list[StepStat] = []
+        super().__init__()
         self._num_batches = 0
 
-    # -- Engine protocol ---------------------------------------------------------------
-
-    def start(self) -> None:
-        with self._cond:
-            if self._running:
-                return
-            self._running = True
-        self._thread = threading.Thread(target=self._loop, name="hf-engine", daemon=True)
-        self._thread.start()
-
-    def is_alive(self) -> bool:
-        """False once the generate loop has died (a server then answers 503 instead of hanging)."""
-        return self._died is None
-
-    def stop(self) -> None:
-        with self._cond:
-            self._running = False
-            for job in self._jobs.values():
-                job.aborted = True
-            waiting, self._waiting = self._waiting, []
-            self._cond.notify_all()
-        for job in waiting:
-            self._finish(job, "abort", time.perf_counter())
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None
-
-    async def stream(self, request: Request) -> AsyncIterator[TokenEvent]:
-        channel = EventChannel()
-        job = _Job(request, request.prompt_ids(self.tokenizer), channel.deliver)
-        self._submit(job)
-        try:
-            async for event in channel.events():
-                yield event
-        finally:
-            if job.finish_reason is None:
-                self.abort(request.id)
-
-    def abort(self, request_id: str) -> None:
-        with self._cond:
-            job = self._jobs.get(request_id)
-            if job is None:
-                return
-            job.aborted = True  # a running batch drops it at its next step
-            if job not in self._waiting:
-                return
-            self._waiting.remove(job)
-        self._finish(job, "abort", time.perf_counter())
+    # -- Engine protocol (start, stop, stream, abort, is_alive: engines/threaded.py) ----
 
     def info(self) -> dict[str, Any]:
         import transformers
 
         return {
-            "name": self.name,
-            "model": self.model_name,
-            "model_config": self.config.to_dict(),
-            "params": self.config.num_params(),
-            "weight_bytes": self.weight_bytes,
-            "compute_dtype": str(self.model.dtype).removeprefix("torch."),
-            "kv_bytes_per_token": self.config.kv_bytes_per_token(self.model.dtype.itemsize),
+            **local_model_info(self, str(self.model.dtype), self.model.dtype.itemsize),
             "transformers_version": transformers.__version__,
             **self.options,
         }
 
-    def step_stats(self) -> list[StepStat]:
-        return list(self._steps)
-
     # -- requests ----------------------------------------------------------------------
 
-    def _submit(self, job: _Job) -> None:
-        error = request_error(
+    def _make_job(self, request: Request, deliver: Callable[[TokenEvent], None]) -> _Job:
+        return _Job(request, request.prompt_ids(self.tokenizer), deliver)
+
+    def _job_error(self, job: _Job) -> str | None:
+        return request_error(
             job.prompt_token_ids, job.request.max_tokens, self.config.vocab_size, self.max_model_len
         )
-        with self._cond:
-            error = error or self._died
-            if error is None:
-                self._jobs[job.request.id] = job
-                self._waiting.append(job)
-                self._cond.notify_all()
-        if error is not None:
-            self._finish(job, "error", time.perf_counter(), error=error)
+
+    def _abort_locked(self, request_id: str) -> _Job | None:
+        job = self._live.get(request_id)
+        if job is not None:
+            job.aborted = True  # a running batch drops it at its next step
+        return super()._abort_locked(request_id)
+
+    def _stop_locked(self) -> None:
+        for job in self._live.values():
+            job.aborted = True
+
+    def _end(self, job: _Job, reason: str, error: str | None = None) -> None:
+        self._finish(job, reason, time.perf_counter(), error=error)
+
+    def _reject(self, job: _Job, error: str) -> None:
+        self._end(job, "error", error)
 
     def _finish(
         self, job: _Job, reason: str, now: float, token: int | None = None, error: str | None = None
     ) -> None:
         job.finish_reason = reason
-        with self._cond:
-            self._jobs.pop(job.request.id, None)
-        job.deliver(self._event(job, token, now, finished=True, error=error))
+        with self._lock:
+            self._live.pop(job.request.id, None)
+        job.deliver(self._token_event(job, token, now, finished=True, error=error))
 
-    def _event(
-        self,
-        job: _Job,
-        token: int | None,
-        now: float,
-        finished: bool = False,
-        error: str | None = None,
+    def _token_event(
+        self, job: _Job, token: int | None, now: float, finished: bool = False, error: str | None = None
     ) -> TokenEvent:
         first = token is not None and len(job.output_token_ids) == 1
-        return TokenEvent(
-            request_id=job.request.id,
-            token_ids=() if token is None else (token,),
-            time_s=now,
-            finished=finished,
-            finish_reason=job.finish_reason if finished else None,
-            error=error,
-            num_prompt_tokens=len(job.prompt_token_ids) if finished else None,
-            num_output_tokens=len(job.output_token_ids) if finished else None,
-            scheduled_s=job.scheduled_s if first else None,
-        )
+        return self._event(job, [] if token is None else [token], now, finished, error, first)
 
     # -- the generate loop ---------------------------------------------------------------
 
-    def _loop(self) -> None:
-        try:
-            self._run_loop()
-        except BaseException as err:  # fail what is in flight instead of leaving it hanging
-            message = f"the engine's generate loop died: {type(err).__name__}: {err}"
-            with self._cond:
-                self._running = False
-                self._died = message
-                self._waiting = []
-                jobs = list(self._jobs.values())
-            for job in jobs:
-                if job.finish_reason is None:
-                    self._finish(job, "error", time.perf_counter(), error=message)
-            raise
-
-    def _run_loop(self) -> None:
-        while True:
-            with self._cond:
-                while self._running and not self._waiting:
-                    self._cond.wait()
-                if not self._running:
-                    return
-                batch = self._take_batch()
-            self._run_batch(batch)
+    def _work(self) -> bool:
+        with self._lock:
+            if not self._inbox:
+                return False
+            batch = self._take_batch()
+        self._run_batch(batch)
+        return True
 
     def _take_batch(self) -> list[_Job]:
-        key = self._waiting[0].batch_key
-        batch = [j for j in self._waiting if j.batch_key == key][: self.options["max_batch_size"]]
+        key = self._inbox[0].batch_key
+        batch = [j for j in self._inbox if j.batch_key == key][: self.opts.max_batch_size]
         for job in batch:
-            self._waiting.remove(job)
+            self._inbox.remove(job)
         return batch
 
     @torch.inference_mode()
     def _run_batch(self, batch: list[_Job]) -> None:
         start = time.perf_counter()
         for job in batch:
-            job.scheduled_s = start
+            job.admitted_s = start
         prompt_len = max(len(j.prompt_token_ids) for j in batch)
         pad = self.pad_token_id
         input_ids = torch.tensor(
@@ -334,7 +250,7 @@ class HFEngine:
             elif len(job.output_token_ids) >= job.request.max_tokens:
                 self._finish(job, "length", now, token)
             else:
-                job.deliver(self._event(job, token, now))
+                job.deliver(self._token_event(job, token, now))
 
 
 class TimedStreamer(BaseStreamer):
@@ -367,7 +283,7 @@ class TimedStreamer(BaseStreamer):
                 if prefill
                 else len(batch) - len(active),
                 context_tokens=len(batch) * (self.prompt_len + self.num_steps),
-                num_waiting=len(self.engine._waiting),
+                num_waiting=len(self.engine._inbox),
             )
         )
         self.num_steps += 1

@@ -25,89 +25,50 @@ import json
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import httpx
 
-from engines.base import EventChannel, Request, TokenEvent, Tokenizer
+from engines.base import EngineCapabilities, EventChannel, Request, TokenEvent, Tokenizer
+from engines.openai_options import OpenAIEngineConfig
 from engines.reference.tokenizer import BYTE_OFFSET, ByteTokenizer, HFTokenizer
 from engines.served_model import served_model
 
 UNKNOWN_TOKEN_ID = -1  # a chunk whose text is empty: a token arrived, its id is not known
-ENDPOINTS = ("completions", "chat")
-PROMPT_FORMATS = ("text", "token_ids")
 STOP_TIMEOUT_S = 10.0
 MAX_ERROR_CHARS = 500
 
 
 class OpenAIEngine:
-    """Options:
+    """A client of an OpenAI-compatible server; its options are `OpenAIEngineConfig`'s.
 
-    base_url: the server's API root, e.g. http://localhost:8000/v1
-    model: the served model's name (what /v1/models lists)
-    endpoint: "completions" (/v1/completions) or "chat" (/v1/chat/completions)
-    prompt_format: "text" sends the prompt text (prompt_text, else the decoded
-        prompt_token_ids); "token_ids" sends the ids themselves, which vLLM, SGLang and
-        llmperf-serve accept on /v1/completions and which keeps prompt lengths exact
-    tokenizer: a tokenizer.json file (or a folder holding one) for decoding prompts and
-        counting tokens when the server sends no usage; None: the byte-level tokenizer
-    request_timeout_s: the most one request may take, from sending to its last chunk
-    connect_timeout_s: the most opening a connection may take
-    max_connections: connections kept to the server (at least the load's concurrency)
-    model_config: the served model's shape, for the roofline: a preset name, a checkpoint
-        folder or its config.json; None: the tokenizer folder's config.json, if any
-    precision: how the server stores the weights (fp32, bf16, fp16, int8, fp8); None: the
-        config.json's torch_dtype, else bf16
+    With prompt_format "text" it sends the prompt text (prompt_text, else the decoded
+    prompt_token_ids); "token_ids" sends the ids themselves, which vLLM, SGLang and
+    llmperf-serve accept on /v1/completions and which keeps prompt lengths exact.
+    Without a tokenizer, the byte-level one counts tokens when the server sends no usage.
+    `model_config` and `precision` give the served model's shape and storage, for the roofline.
     """
 
     name = "openai"
+    capabilities = EngineCapabilities()
 
-    def __init__(
-        self,
-        model: str,
-        base_url: str = "http://localhost:8000/v1",
-        api_key: str | None = None,
-        request_timeout_s: float = 600.0,
-        connect_timeout_s: float = 10.0,
-        tokenizer: str | None = None,
-        max_connections: int = 1024,
-        endpoint: str = "completions",
-        prompt_format: str = "text",
-        model_config: str | None = None,
-        precision: str | None = None,
-    ):
-        if endpoint not in ENDPOINTS:
-            raise ValueError(f"unknown endpoint {endpoint!r}; valid: {', '.join(ENDPOINTS)}")
-        if prompt_format not in PROMPT_FORMATS:
-            raise ValueError(
-                f"unknown prompt_format {prompt_format!r}; valid: {', '.join(PROMPT_FORMATS)}"
-            )
-        if endpoint == "chat" and prompt_format == "token_ids":
-            raise ValueError(
-                "prompt_format 'token_ids' needs endpoint 'completions' (chat takes messages)"
-            )
-        for option, value in (
-            ("request_timeout_s", request_timeout_s),
-            ("connect_timeout_s", connect_timeout_s),
-        ):
-            if value <= 0:
-                raise ValueError(f"{option} must be > 0, got {value}")
-        if max_connections < 1:
-            raise ValueError(f"max_connections must be >= 1, got {max_connections}")
+    def __init__(self, model: str, options: OpenAIEngineConfig | None = None, **overrides: Any):
+        opts = replace(options or OpenAIEngineConfig(), **overrides)
+        self.opts = opts
         self.model = model
-        self.base_url = base_url.rstrip("/")
-        self.api_key = api_key
-        self.request_timeout_s = request_timeout_s
-        self.connect_timeout_s = connect_timeout_s
-        self.max_connections = max_connections
-        self.endpoint = endpoint
-        self.prompt_format = prompt_format
-        self.tokenizer_path = tokenizer
-        self.tokenizer: Tokenizer = load_client_tokenizer(tokenizer)
-        self.served = served_model(model_config, tokenizer, precision)
-        self.url = f"{self.base_url}/{'chat/completions' if endpoint == 'chat' else 'completions'}"
+        self.base_url = opts.base_url.rstrip("/")
+        self.api_key = opts.api_key
+        self.request_timeout_s = opts.request_timeout_s
+        self.connect_timeout_s = opts.connect_timeout_s
+        self.max_connections = opts.max_connections
+        self.endpoint = opts.endpoint
+        self.prompt_format = opts.prompt_format
+        self.tokenizer_path = opts.tokenizer
+        self.tokenizer: Tokenizer = load_client_tokenizer(opts.tokenizer)
+        self.served = served_model(opts.model_config, opts.tokenizer, opts.precision)
+        self.url = f"{self.base_url}/{'chat/completions' if opts.endpoint == 'chat' else 'completions'}"
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None

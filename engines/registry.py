@@ -1,24 +1,38 @@
-"""Engines by name. Imported lazily so that `reference` never pulls in transformers."""
+"""Engines by name, and their options schemas by name.
+
+Both are imported lazily, so that listing the engines (or composing a config)
+never pulls in transformers or an HTTP client.
+"""
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
 from engines.base import Engine
+from engines.options import EngineConfig
+from llmperf.registry import Registry
 
-ENGINES: dict[str, str] = {
-    "reference": "engines.reference:ReferenceEngine",
-    "hf": "engines.hf:HFEngine",
-    "openai": "engines.openai_http:OpenAIEngine",
-    "synthetic": "engines.synthetic:SyntheticEngine",
-}
+ENGINES: Registry[type] = Registry(
+    "engine",
+    {
+        "reference": "engines.reference.engine:ReferenceEngine",
+        "hf": "engines.hf:HFEngine",
+        "openai": "engines.openai_http:OpenAIEngine",
+        "synthetic": "engines.synthetic:SyntheticEngine",
+    },
+)
+
+ENGINE_CONFIGS: Registry[type[EngineConfig]] = Registry(
+    "engine",
+    {
+        "reference": "engines.reference.options:ReferenceEngineConfig",
+        "hf": "engines.hf_options:HFEngineConfig",
+        "openai": "engines.openai_options:OpenAIEngineConfig",
+        "synthetic": "engines.synthetic_options:SyntheticEngineConfig",
+    },
+)
 
 
-def build_engine(name: str, **options: Any) -> Engine:
-    """Instantiate the engine `name` with its options (keyword arguments)."""
-    if name not in ENGINES:
-        raise ValueError(f"unknown engine {name!r}; valid: {', '.join(ENGINES)}")
-    module_name, class_name = ENGINES[name].split(":")
-    cls = getattr(importlib.import_module(module_name), class_name)
-    return cls(**options)
+def build_engine(options: EngineConfig, model: Any) -> Engine:
+    """The engine `options.name`, built from its options and the run's model selection."""
+    return ENGINES.get(options.name)(options.model_for(model), options)

@@ -15,11 +15,13 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
+from dataclasses import asdict, replace
 from typing import Any
 
 import numpy as np
 
-from engines.base import Request, TokenEvent
+from engines.base import EngineCapabilities, Request, TokenEvent
+from engines.synthetic_options import SyntheticEngineConfig
 
 
 class ByteTokenizer:
@@ -40,36 +42,23 @@ _OUTPUT_BYTES = np.frombuffer(b"abcdefghijklmnopqrstuvwxyz ", dtype=np.uint8)
 
 class SyntheticEngine:
     name = "synthetic"
+    capabilities = EngineCapabilities()
 
     def __init__(
-        self,
-        model: str = "synthetic",
-        ttft_s: float = 0.0,
-        prefill_s_per_token: float = 0.0,
-        tpot_s: float = 0.0,
-        jitter: float = 0.0,
-        max_concurrency: int | None = None,
-        seed: int = 0,
-        reasoning_tokens: int = 0,
+        self, model: str = "synthetic", options: SyntheticEngineConfig | None = None, **overrides: Any
     ) -> None:
-        if min(ttft_s, prefill_s_per_token, tpot_s) < 0:
-            raise ValueError("synthetic latencies must be >= 0")
-        if not 0.0 <= jitter < 1.0:
-            raise ValueError(f"jitter must be in [0, 1), got {jitter}")
-        if max_concurrency is not None and max_concurrency < 1:
-            raise ValueError(f"max_concurrency must be >= 1, got {max_concurrency}")
-        if reasoning_tokens < 0:
-            raise ValueError(f"reasoning_tokens must be >= 0, got {reasoning_tokens}")
-        self.reasoning_tokens = reasoning_tokens
+        opts = replace(options or SyntheticEngineConfig(), **overrides)
+        self.opts = opts
         self.model = model
-        self.ttft_s = ttft_s
-        self.prefill_s_per_token = prefill_s_per_token
-        self.tpot_s = tpot_s
-        self.jitter = jitter
-        self.max_concurrency = max_concurrency
-        self.seed = seed
+        self.ttft_s = opts.ttft_s
+        self.prefill_s_per_token = opts.prefill_s_per_token
+        self.tpot_s = opts.tpot_s
+        self.jitter = opts.jitter
+        self.max_concurrency = opts.max_concurrency
+        self.seed = opts.seed
+        self.reasoning_tokens = opts.reasoning_tokens
         self._tokenizer = ByteTokenizer()
-        self._rng = np.random.default_rng(seed)
+        self._rng = np.random.default_rng(opts.seed)
         self._slots: asyncio.Semaphore | None = None
         self._running = False
 
@@ -87,15 +76,7 @@ class SyntheticEngine:
         return {
             "name": self.name,
             "model": self.model,
-            "options": {
-                "ttft_s": self.ttft_s,
-                "prefill_s_per_token": self.prefill_s_per_token,
-                "tpot_s": self.tpot_s,
-                "jitter": self.jitter,
-                "max_concurrency": self.max_concurrency,
-                "seed": self.seed,
-                "reasoning_tokens": self.reasoning_tokens,
-            },
+            "options": {k: v for k, v in asdict(self.opts).items() if k != "name"},
         }
 
     async def stream(self, request: Request) -> AsyncIterator[TokenEvent]:

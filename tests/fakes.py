@@ -6,7 +6,7 @@ import asyncio
 import time
 from collections.abc import AsyncIterator, Callable
 
-from engines.base import Request, StepStat, TokenEvent
+from engines.base import EngineCapabilities, Request, StepStat, TokenEvent
 from engines.synthetic import ByteTokenizer, SyntheticEngine
 from llmperf.measure.records import RequestRecord
 
@@ -59,6 +59,7 @@ class ScriptedEngine:
     chunks, or an exception to raise. Counts how many streams are open at once."""
 
     name = "scripted"
+    capabilities = EngineCapabilities()
 
     def __init__(self, script: Callable[[Request], list[tuple[float, int]] | Exception]) -> None:
         self.script = script
@@ -105,8 +106,10 @@ class ScriptedEngine:
 class SteppingEngine(SyntheticEngine):
     """The synthetic engine, reporting one prefill step per request as a batching engine would."""
 
-    def __init__(self, **options) -> None:
-        super().__init__(**options)
+    capabilities = EngineCapabilities(step_stats=True)
+
+    def __init__(self, *args, **options) -> None:
+        super().__init__(*args, **options)
         self.steps: list[StepStat] = []
 
     async def stream(self, request: Request) -> AsyncIterator[TokenEvent]:

@@ -56,7 +56,7 @@ def stream_queued(engine, requests):
 
     async def run_all():
         tasks = [asyncio.create_task(one(r)) for r in requests]
-        while len(engine._waiting) < len(requests):
+        while len(engine._inbox) < len(requests):
             await asyncio.sleep(0.001)
         engine.start()
         return await asyncio.gather(*tasks)
@@ -269,7 +269,7 @@ def test_a_seed_out_of_torch_range_is_refused():
 def test_bad_options_name_the_valid_choices():
     with pytest.raises(ValueError, match="valid: fp32, bf16, fp16"):
         HFEngine(model="tiny", precision="int3")
-    with pytest.raises(ValueError, match="max_batch_size must be >= 1"):
+    with pytest.raises(ValueError, match="max_batch_size=0: must be > 0"):
         HFEngine(model="tiny", max_batch_size=0)
 
 

@@ -12,8 +12,10 @@ from engines.base import Request, TokenEvent
 from engines.synthetic import SyntheticEngine
 from llmperf.measure.loadgen import LoadGenerator
 from llmperf.measure.metrics import compute_metrics
-from llmperf.run.config import ArrivalConfig, LengthConfig, ScenarioConfig, SloConfig
+from llmperf.workload.arrivals import ArrivalConfig
+from llmperf.workload.lengths import LengthConfig
 from llmperf.workload.requests import Workload
+from llmperf.workload.scenario import ScenarioConfig, SloConfig
 from tests.fakes import ScriptedEngine
 
 

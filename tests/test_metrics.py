@@ -8,7 +8,7 @@ import pytest
 
 from llmperf.measure.metrics import compute_metrics, distribution
 from llmperf.measure.validity import check_validity
-from llmperf.run.config import SloConfig, ValidityConfig
+from llmperf.workload.scenario import SloConfig, ValidityConfig
 from tests.fakes import record
 
 

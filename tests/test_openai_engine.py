@@ -29,8 +29,10 @@ from engines.openai_http import (
     error_message,
     load_client_tokenizer,
 )
+from engines.openai_options import OpenAIEngineConfig
 from engines.registry import build_engine
 from llmperf.measure.loadgen import LoadGenerator
+from llmperf.run.config import ModelSelection
 from llmperf.serve.app import build_app
 from llmperf.serve.server import ServerThread, build_server
 
@@ -59,8 +61,7 @@ def collect(engine: OpenAIEngine, requests: list[Request]) -> list[list]:
 
 
 def test_registry_builds_it_with_the_config_tree_options():
-    engine = build_engine(
-        "openai",
+    options = OpenAIEngineConfig(
         model="m",
         base_url="http://127.0.0.1:1/v1/",
         api_key="EMPTY",
@@ -68,6 +69,8 @@ def test_registry_builds_it_with_the_config_tree_options():
         connect_timeout_s=1.0,
         tokenizer=None,
     )
+    engine = build_engine(options, ModelSelection(name="tiny"))
+    assert engine.model == "m"
     assert engine.url == "http://127.0.0.1:1/v1/completions"
     assert engine.info()["endpoint"] == "completions"
 
@@ -377,7 +380,7 @@ def test_bad_options_name_the_valid_choices():
         OpenAIEngine(model="m", endpoint="embeddings")
     with pytest.raises(ValueError, match="valid: text, token_ids"):
         OpenAIEngine(model="m", prompt_format="bytes")
-    with pytest.raises(ValueError, match="request_timeout_s must be > 0"):
+    with pytest.raises(ValueError, match="request_timeout_s=0: must be > 0"):
         OpenAIEngine(model="m", request_timeout_s=0)
 
 

@@ -12,7 +12,7 @@ from rich.console import Console
 
 import scenarios
 from engines.registry import ENGINES
-from llmperf.run.config import SyntheticEngineConfig
+from engines.synthetic_options import SyntheticEngineConfig
 from llmperf.run.runner import run_benchmark
 from llmperf.workload.datasets import load_sharegpt
 from llmperf.workload.trace import load_trace

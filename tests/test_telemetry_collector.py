@@ -10,9 +10,9 @@ from types import SimpleNamespace
 import pytest
 
 from llmperf.errors import ConfigError, UsageError
-from llmperf.run.config import TelemetryConfig
 from llmperf.run.runner import telemetry_collected
 from llmperf.telemetry import Collector, SamplerUnavailable
+from llmperf.telemetry.options import TelemetryConfig
 from llmperf.telemetry.sources import SAMPLERS
 
 

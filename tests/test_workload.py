@@ -11,11 +11,11 @@ from scipy import stats
 
 from engines.synthetic import ByteTokenizer
 from llmperf.errors import ConfigError, DataError
-from llmperf.run.config import ArrivalConfig, LengthConfig, ScenarioConfig
-from llmperf.workload.arrivals import ARRIVALS
+from llmperf.workload.arrivals import ARRIVALS, ArrivalConfig
 from llmperf.workload.datasets import load_sharegpt
-from llmperf.workload.lengths import sample_length
+from llmperf.workload.lengths import LengthConfig, sample_length
 from llmperf.workload.requests import Workload
+from llmperf.workload.scenario import ScenarioConfig
 from llmperf.workload.trace import TRACE_BLOCK_TOKENS, load_trace
 
 SHAREGPT_SAMPLE = "pkg://scenarios/data/sharegpt_sample.jsonl"

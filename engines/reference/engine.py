@@ -11,26 +11,27 @@ import itertools
 import threading
 import time
 import zlib
-from collections.abc import AsyncIterator
+from dataclasses import asdict, replace
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
 from engines.base import (
-    EventChannel,
+    EngineCapabilities,
     Request,
     StepStat,
-    TokenEvent,
+    local_model_info,
     request_error,
     resolve_max_model_len,
 )
 from engines.reference.build import build_rank_model, default_num_kv_blocks
-from engines.reference.kv_cache import blocks_for, build_kv_cache
+from engines.reference.kv_cache import KV_CACHES, blocks_for
 from engines.reference.model_runner import ModelRunner
 from engines.reference.offline import OfflineAPI
+from engines.reference.options import ReferenceEngineConfig
 from engines.reference.sampling import sample
-from engines.reference.scheduler import SchedulerOptions, build_scheduler
+from engines.reference.scheduler import SCHEDULERS
 from engines.reference.sequence import SeqStatus, Sequence
 from engines.reference.tokenizer import load_tokenizer
 from engines.reference.tp_group import (
@@ -42,135 +43,77 @@ from engines.reference.tp_group import (
     threads_per_rank,
 )
 from engines.reference.weights import resolve_model
+from engines.threaded import ThreadedEngine
 
 
-class ReferenceEngine(OfflineAPI):
+class ReferenceEngine(ThreadedEngine, OfflineAPI):
     name = "reference"
+    capabilities = EngineCapabilities(
+        flush=True, step_stats=True, kv_stats=True, scheduler=True, liveness=True
+    )
 
-    def __init__(
-        self,
-        model: str = "tiny",
-        attention: str = "sdpa",
-        precision: str = "fp32",
-        device: str = "cpu",
-        seed: int = 0,
-        batching: str = "continuous",
-        kv_cache: str = "paged",
-        max_batch_size: int = 8,
-        max_wait_ms: float = 20.0,
-        max_num_seqs: int = 32,
-        max_num_batched_tokens: int = 512,
-        num_kv_blocks: int | None = None,
-        kv_block_size: int = 16,
-        enable_prefix_caching: bool = False,
-        max_model_len: int | None = None,
-        tp: int = 1,
-    ):
-        if kv_block_size < 1:
-            raise ValueError(f"kv_block_size must be >= 1, got {kv_block_size}")
-        if tp < 1:
-            raise ValueError(f"tp must be >= 1, got {tp}")
-        self.device = rank_device(device, 0)
-        self.seed = seed
-        self.tp = tp
+    def __init__(self, model: str = "tiny", options: ReferenceEngineConfig | None = None, **overrides: Any):
+        """`options` (default: the defaults), with `overrides` replacing some of its fields."""
+        opts = replace(options or ReferenceEngineConfig(), **overrides)
+        self.opts = opts
+        self.device = rank_device(opts.device, 0)
+        self.seed = opts.seed
+        self.tp = opts.tp
         self.model_name = model
         self.config, _ = resolve_model(model)
-        self.max_model_len = resolve_max_model_len(self.config.max_position_embeddings, max_model_len)
-        self.options = dict(
-            model=model,
-            attention=attention,
-            precision=precision,
-            device=device,
-            seed=seed,
-            batching=batching,
-            kv_cache=kv_cache,
-            max_batch_size=max_batch_size,
-            max_wait_ms=max_wait_ms,
-            max_num_seqs=max_num_seqs,
-            max_num_batched_tokens=max_num_batched_tokens,
-            num_kv_blocks=num_kv_blocks,
-            kv_block_size=kv_block_size,
-            enable_prefix_caching=enable_prefix_caching,
-            max_model_len=self.max_model_len,
-            tp=tp,
-        )
-        sched_opts = SchedulerOptions(max_batch_size, max_wait_ms, max_num_seqs, max_num_batched_tokens)
-        if tp > 1 and self.device.type == "cpu":
-            torch.set_num_threads(threads_per_rank(tp))
+        self.max_model_len = resolve_max_model_len(self.config.max_position_embeddings, opts.max_model_len)
+        # What the other ranks build from, and what info() reports: the options as resolved.
+        self.options = {**asdict(opts), "model": model, "max_model_len": self.max_model_len}
+        del self.options["name"]
+        if opts.tp > 1 and self.device.type == "cpu":
+            torch.set_num_threads(threads_per_rank(opts.tp))
 
-        built = build_rank_model(self.options, 0, tp, self.device)
+        built = build_rank_model(self.options, 0, opts.tp, self.device)
         self.model, self.backend, self.precision = built.model, built.backend, built.precision
         self.config = built.config
         self.local_config = built.local_config
         self.weight_bytes = built.weight_bytes
         self.tokenizer = load_tokenizer(built.checkpoint, self.config.vocab_size, self.config.eos_token_ids)
+        num_kv_blocks = opts.num_kv_blocks
         if num_kv_blocks is None:
-            num_kv_blocks = default_num_kv_blocks(built, self.max_model_len, kv_block_size, max_num_seqs, self.device)
+            num_kv_blocks = default_num_kv_blocks(
+                built, self.max_model_len, opts.kv_block_size, opts.max_num_seqs, self.device
+            )
         self.options["num_kv_blocks"] = num_kv_blocks
-        self.kv = build_kv_cache(
-            kv_cache,
+        self.kv = KV_CACHES.build(
+            opts.kv_cache,
             self.local_config,
             num_blocks=num_kv_blocks,
-            max_num_seqs=max_num_seqs,
+            max_num_seqs=opts.max_num_seqs,
             max_model_len=self.max_model_len,
-            block_size=kv_block_size,
+            block_size=opts.kv_block_size,
             dtype=built.compute_dtype,
             device=self.device,
-            enable_prefix_caching=enable_prefix_caching,
+            enable_prefix_caching=opts.enable_prefix_caching,
         )
-        self.scheduler = build_scheduler(batching, self.kv, sched_opts)
+        self.scheduler = SCHEDULERS.build(opts.batching, self.kv, opts)
         self._workers: list = []
         self.rank_weight_bytes = [self.weight_bytes]
         broadcast = None
-        if tp > 1:
+        if opts.tp > 1:
             port = free_port()
-            self._workers = spawn_workers(tp, port, self.options)
-            init_group(0, tp, port, self.device)
-            self.rank_weight_bytes = [None] * tp
+            self._workers = spawn_workers(opts.tp, port, self.options)
+            init_group(0, opts.tp, port, self.device)
+            self.rank_weight_bytes = [None] * opts.tp
             dist.all_gather_object(self.rank_weight_bytes, self.weight_bytes)
             self.weight_bytes = sum(self.rank_weight_bytes)  # a step reads every rank's slice
             broadcast = broadcast_step
         kv_layers = [self.kv.layer(i) for i in range(self.config.num_hidden_layers)]
-        self.runner = ModelRunner(self.model, kv_layers, kv_block_size, self.backend, self.device, broadcast)
+        self.runner = ModelRunner(self.model, kv_layers, opts.kv_block_size, self.backend, self.device, broadcast)
 
-        self._lock = threading.Condition()  # guards the inbox, aborts and the flags below
-        self._inbox: list[Sequence] = []
+        super().__init__()
         self._aborts: set[str] = set()
         self._last_order = -1  # arrival order of the latest submission
         self._flushed_order = -1  # requests up to this order may launch in a partial batch
-        self._running = False
-        self._died: str | None = None  # why the step loop died, if it did
-        self._thread: threading.Thread | None = None
         self._step_lock = threading.Lock()  # one forward at a time (loop, logits())
         self._ids = itertools.count()
-        self._steps: list[StepStat] = []
-        self._live: dict[str, Sequence] = {}
 
-    # -- Engine protocol ---------------------------------------------------------------
-
-    def start(self) -> None:
-        with self._lock:
-            if self._running:
-                return
-            self._running = True
-        self._thread = threading.Thread(target=self._loop, name="reference-engine", daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        with self._lock:
-            self._running = False
-            self._inbox.clear()  # what waits here is in _live too, and is retired below
-            self._aborts.clear()
-            self._lock.notify_all()
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None
-        for seq in list(self._live.values()):
-            self._retire(seq, "abort", time.perf_counter())
-
-    def is_alive(self) -> bool:
-        """False once the step loop has died (a server then answers 503 instead of hanging)."""
-        return self._died is None
+    # -- Engine protocol (start, stop, stream, abort, is_alive: engines/threaded.py) ----
 
     def close(self) -> None:
         """Stop the loop and, with tp > 1, the other ranks."""
@@ -194,65 +137,31 @@ class ReferenceEngine(OfflineAPI):
             self._flushed_order = self._last_order
             self._lock.notify_all()
 
-    async def stream(self, request: Request) -> AsyncIterator[TokenEvent]:
-        channel = EventChannel()
-        seq = self._make_sequence(request, channel.deliver)
-        self._submit(seq)
-        try:
-            async for event in channel.events():
-                yield event
-        finally:
-            if not seq.is_finished:
-                self.abort(seq.request_id)
-
-    def abort(self, request_id: str) -> None:
-        with self._lock:
-            self._aborts.add(request_id)
-            self._lock.notify_all()
-
     def info(self) -> dict[str, Any]:
+        compute_dtype = str(self.precision.compute_dtype(self.device))
         return {
-            "name": self.name,
-            "model": self.model_name,
-            "model_config": self.config.to_dict(),
-            "params": self.config.num_params(),
-            "weight_bytes": self.weight_bytes,
-            "kv_bytes_per_token": self.config.kv_bytes_per_token(self.kv.storage.element_size()),
+            **local_model_info(self, compute_dtype, self.kv.storage.element_size()),
             "rank_weight_bytes": self.rank_weight_bytes,
-            "compute_dtype": str(self.precision.compute_dtype(self.device)).removeprefix("torch."),
             **self.options,
         }
 
-    def step_stats(self) -> list[StepStat]:
-        return list(self._steps)
+    # -- the step loop ------------------------------------------------------------------
 
-    # -- the step loop --------------------------------------------------------------------
+    def _work(self) -> bool:
+        return self._step_once()
 
-    def _loop(self) -> None:
-        try:
-            self._run_loop()
-        except BaseException as err:  # fail what is in flight instead of leaving it hanging
-            message = f"the engine's step loop died: {type(err).__name__}: {err}"
-            with self._lock:
-                self._running = False
-                self._died = message
-            for seq in list(self._live.values()):
-                self._retire(seq, "error", time.perf_counter(), error=message)
-            raise
+    def _abort_locked(self, request_id: str) -> None:
+        self._aborts.add(request_id)  # the loop retires it at its next step
 
-    def _run_loop(self) -> None:
-        while True:
-            with self._lock:
-                if not self._running:
-                    return
-            if not self._step_once():
-                with self._lock:
-                    if not self._running:
-                        return
-                    if not self._inbox and not self._aborts:
-                        wake = self.scheduler.next_wakeup_s(time.perf_counter())
-                        timeout = None if wake is None else max(0.0, wake - time.perf_counter())
-                        self._lock.wait(timeout)
+    def _has_news_locked(self) -> bool:
+        return bool(self._inbox or self._aborts)
+
+    def _idle_timeout_s(self) -> float | None:
+        wake = self.scheduler.next_wakeup_s(time.perf_counter())
+        return None if wake is None else max(0.0, wake - time.perf_counter())
+
+    def _stop_locked(self) -> None:
+        self._aborts.clear()
 
     def _step_once(self) -> bool:
         """Admit submissions, run one step if there is one. False when there was nothing to run."""
@@ -323,7 +232,7 @@ class ReferenceEngine(OfflineAPI):
 
     # -- requests -------------------------------------------------------------------------
 
-    def _make_sequence(self, request: Request, on_event) -> Sequence:
+    def _make_job(self, request: Request, on_event) -> Sequence:
         seq = Sequence(
             request_id=request.id,
             prompt_token_ids=request.prompt_ids(self.tokenizer),
@@ -339,22 +248,18 @@ class ReferenceEngine(OfflineAPI):
             seq.generator = torch.Generator().manual_seed(seed)
         return seq
 
-    def _submit(self, seq: Sequence) -> None:
-        error = self._check_fits(seq)
-        if error is None:
-            with self._lock:  # a loop that dies sets _died under this lock, then fails what is in _live
-                error = self._died
-                if error is None:
-                    self._live[seq.request_id] = seq
-                    self._inbox.append(seq)
-                    self._last_order = max(self._last_order, seq.order)
-                    self._lock.notify_all()
-                    return
+    def _submitted_locked(self, seq: Sequence) -> None:
+        self._last_order = max(self._last_order, seq.order)
+
+    def _reject(self, seq: Sequence, error: str) -> None:
         seq.status = SeqStatus.FINISHED
         seq.finish_reason = "error"
         seq.on_tokens(self._event(seq, [], time.perf_counter(), finished=True, error=error))
 
-    def _check_fits(self, seq: Sequence) -> str | None:
+    def _end(self, seq: Sequence, reason: str, error: str | None = None) -> None:
+        self._retire(seq, reason, time.perf_counter(), error=error)
+
+    def _job_error(self, seq: Sequence) -> str | None:
         error = request_error(seq.prompt_token_ids, seq.max_tokens, self.config.vocab_size, self.max_model_len)
         if error is not None:
             return error
@@ -366,19 +271,6 @@ class ReferenceEngine(OfflineAPI):
     def _emit(self, seq: Sequence, tokens: list[int], now: float, first: bool) -> None:
         event = self._event(seq, tokens, now, finished=seq.finish_reason is not None, first=first)
         seq.on_tokens(event)
-
-    def _event(self, seq, tokens, now, finished, error=None, first=False) -> TokenEvent:
-        return TokenEvent(
-            request_id=seq.request_id,
-            token_ids=tuple(tokens),
-            time_s=now,
-            finished=finished,
-            finish_reason=seq.finish_reason if finished else None,
-            error=error,
-            num_prompt_tokens=len(seq.prompt_token_ids) if finished else None,
-            num_output_tokens=len(seq.output_token_ids) if finished else None,
-            scheduled_s=seq.admitted_s if first else None,
-        )
 
     def _retire(self, seq: Sequence, reason: str, now: float, emit: bool = True, error: str | None = None) -> None:
         seq.status = SeqStatus.FINISHED

@@ -62,7 +62,7 @@ class OfflineAPI:
             ids = self.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
             request = Request(id=f"gen-{next(self._ids)}", max_tokens=max_tokens, prompt_token_ids=ids, sampling=sampling)
             p = _Pending(seq=None)  # type: ignore[arg-type]
-            p.seq = self._make_sequence(request, lambda ev, p=p: self._on_generate_event(p, ev))
+            p.seq = self._make_job(request, lambda ev, p=p: self._on_generate_event(p, ev))
             pending.append(p)
         for p in pending:
             self._submit(p.seq)

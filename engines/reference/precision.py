@@ -29,6 +29,7 @@ import torch
 import torch.nn as nn
 
 from engines.reference.quant import QuantizedLinear, get_weight_format, quantize_modules
+from llmperf.registry import Registry
 
 
 @dataclass(frozen=True)
@@ -48,21 +49,22 @@ class Precision:
         return self.weight_format is not None
 
 
-PRECISIONS: dict[str, Precision] = {
-    "fp32": Precision("fp32", torch.float32, torch.float32),
-    "bf16": Precision("bf16", torch.bfloat16, torch.bfloat16),
-    "fp16": Precision("fp16", torch.float16, torch.float16),
-    "int8": Precision("int8", torch.bfloat16, torch.bfloat16, weight_format="int8"),
-    "fp8": Precision(
-        "fp8", torch.bfloat16, torch.float32, weight_format="fp8", table_format="int8"
-    ),
-}
+PRECISIONS: Registry[Precision] = Registry(
+    "precision",
+    {
+        "fp32": Precision("fp32", torch.float32, torch.float32),
+        "bf16": Precision("bf16", torch.bfloat16, torch.bfloat16),
+        "fp16": Precision("fp16", torch.float16, torch.float16),
+        "int8": Precision("int8", torch.bfloat16, torch.bfloat16, weight_format="int8"),
+        "fp8": Precision(
+            "fp8", torch.bfloat16, torch.float32, weight_format="fp8", table_format="int8"
+        ),
+    },
+)
 
 
 def get_precision(name: str) -> Precision:
-    if name not in PRECISIONS:
-        raise ValueError(f"unknown precision {name!r}; valid: {', '.join(PRECISIONS)}")
-    return PRECISIONS[name]
+    return PRECISIONS.get(name)
 
 
 def compute_dtype(name: str, device: torch.device | str) -> torch.dtype:

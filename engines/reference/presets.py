@@ -7,6 +7,7 @@ real work (bytes read, FLOPs done) without any download. `tiny` is for tests.
 from __future__ import annotations
 
 from engines.reference.config import ModelConfig
+from llmperf.registry import Registry
 
 _LLAMA3_ROPE_SCALING_8B = {
     "rope_type": "llama3",
@@ -25,7 +26,7 @@ _LLAMA3 = dict(
     eos_token_ids=(128001, 128008, 128009),
 )
 
-PRESETS: dict[str, dict] = {
+PRESETS: Registry[dict] = Registry("model preset", {
     "tiny": dict(
         vocab_size=512,
         hidden_size=256,
@@ -108,7 +109,7 @@ PRESETS: dict[str, dict] = {
         num_key_value_heads=8,
         rope_scaling=_LLAMA3_ROPE_SCALING_8B,
     ),
-}
+})
 
 # Parameter counts as their model cards state them, with half a unit of the last
 # digit given (the rounding); tests hold presets to these.
@@ -127,6 +128,4 @@ def preset_names() -> list[str]:
 
 
 def get_preset(name: str) -> ModelConfig:
-    if name not in PRESETS:
-        raise ValueError(f"unknown model preset {name!r}; valid: {', '.join(PRESETS)}")
-    return ModelConfig(**PRESETS[name], name=name)
+    return ModelConfig(**PRESETS.get(name), name=name)

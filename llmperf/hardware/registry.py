@@ -20,6 +20,7 @@ import yaml
 from llmperf.hardware import detect
 from llmperf.hardware.probe import ProbeResult, probe
 from llmperf.hardware.profile import HardwareProfile
+from llmperf.registry import Registry
 
 AUTO = "auto"
 # Fields of auto.yaml that describe detection, not user overrides.
@@ -30,20 +31,24 @@ def profile_dir() -> Any:
     return resources.files("scenarios") / "hardware"
 
 
+def _profile_files() -> dict[str, Any]:
+    files = {p.name[: -len(".yaml")]: p for p in profile_dir().iterdir() if p.name.endswith(".yaml")}
+    files.pop(AUTO, None)  # auto.yaml holds overrides of what is detected, not a profile
+    return dict(sorted(files.items()))
+
+
+# The datasheet profiles, one YAML file each, listed when first asked for.
+PROFILES: Registry[Any] = Registry("hardware profile", find=_profile_files, also_valid=(AUTO,))
+
+
 def profile_names() -> list[str]:
     """Every name `resolve_profile` accepts, `auto` included."""
-    return sorted(
-        p.name[: -len(".yaml")] for p in profile_dir().iterdir() if p.name.endswith(".yaml")
-    )
+    return sorted(PROFILES.choices)
 
 
 def load_profile(name: str, **overrides: Any) -> HardwareProfile:
     """The datasheet profile `name` as its YAML states it, with `overrides` applied."""
-    names = profile_names()
-    if name not in names or name == AUTO:
-        valid = ", ".join(n for n in names if n != AUTO)
-        raise ValueError(f"unknown hardware profile {name!r}; valid: {valid}")
-    data = yaml.safe_load((profile_dir() / f"{name}.yaml").read_text())
+    data = yaml.safe_load(PROFILES.get(name).read_text())
     profile = HardwareProfile.from_dict(data)
     return profile.with_overrides(**overrides) if overrides else profile
 
@@ -76,12 +81,12 @@ def resolve_profile(
         overrides = {
             k: v for k, v in given.items() if k not in _AUTO_OWN_FIELDS and v not in (None, {})
         }
-    elif name in profile_names():
+    elif name in PROFILES:
         profile, overrides = load_profile(name), {k: v for k, v in given.items() if k != "name"}
     elif given.get("kind"):
         profile, overrides = HardwareProfile.from_dict(given), {}  # a profile defined in full
     else:
-        raise ValueError(f"unknown hardware profile {name!r}; valid: {', '.join(profile_names())}")
+        PROFILES.get(name)  # raises, naming the valid profiles
     if overrides:
         profile = profile.with_overrides(**overrides)
     if _should_probe(profile, probe_ceilings, force_probe):

@@ -79,7 +79,7 @@ class LoadGenerator:
         self.spin_s = spin_s
         self.interrupted = False
         # Engines that hold requests to form batches launch what waits when flushed.
-        self._flush = getattr(engine, "flush", None) or (lambda: None)
+        self._flush = engine.flush if engine.capabilities.flush else (lambda: None)
         self._origin_s = 0.0
         self._inflight: set[asyncio.Task] = set()
         self._phases: asyncio.Task | None = None

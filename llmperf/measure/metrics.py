@@ -27,7 +27,7 @@ import numpy as np
 
 from llmperf.measure.prefix_reuse import expected_hit_rate
 from llmperf.measure.records import RequestRecord
-from llmperf.run.config import SloConfig
+from llmperf.workload.scenario import SloConfig
 
 STAT_KEYS = ("mean", "median", "p90", "p95", "p99", "std", "min", "max")
 

@@ -23,7 +23,28 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from llmperf.run.config import SaturationConfig
+from llmperf.errors import ConfigError
+from llmperf.options import check_positive, option
+
+
+@dataclass
+class SaturationConfig:
+    """`scenario.saturation`: the over-saturation detector. An open-loop run whose queue
+    grows without bound stops early and is marked "saturated at R req/s"."""
+
+    enabled: bool = option(True, "stop an open-loop run whose queue grows without bound")
+    window_s: float = option(3.0, "the trailing window the growth is measured over")
+    min_waiting: int = option(16, "requests waiting for a first token before a verdict")
+    max_growth: float = option(0.1, "waiting (and TTFT) growth, as a fraction of arrivals, that stops it")
+    check_interval_s: float = option(0.1, "seconds between checks; at most window_s / 3")
+
+    def __post_init__(self) -> None:
+        check_positive(self, "window_s", "max_growth", "check_interval_s", allow_none=False)
+        check_positive(self, "min_waiting", allow_none=False)
+        if self.check_interval_s * 3 > self.window_s:
+            raise ConfigError(
+                "check_interval_s", self.check_interval_s, "must be at most window_s / 3"
+            )
 
 
 @dataclass(frozen=True)

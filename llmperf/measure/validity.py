@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from llmperf.run.config import ValidityConfig
+from llmperf.workload.scenario import ValidityConfig
 
 
 @dataclass

@@ -17,7 +17,7 @@ import numpy as np
 
 from llmperf.measure.metrics import compute_metrics
 from llmperf.measure.records import RequestRecord
-from llmperf.run.config import SloConfig
+from llmperf.workload.scenario import SloConfig
 
 NICE_BIN_WIDTHS_S = (0.1, 0.2, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 15.0, 30.0, 60.0, 120.0, 300.0)
 

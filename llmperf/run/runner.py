@@ -107,7 +107,7 @@ def resolve_hardware(run: Run) -> None:
 def build(run: Run) -> None:
     engine_cfg = run.config.engine
     try:
-        run.engine = build_engine(engine_cfg.name, **engine_cfg.options(run.config.model))
+        run.engine = build_engine(engine_cfg, run.config.model)
     except ImportError as err:
         raise UsageError(f"engine={engine_cfg.name!r} is not available here: {err}") from None
     except (ValueError, OSError) as err:  # the engine rejected an option, or a file
@@ -238,12 +238,11 @@ def drive_load(run: Run) -> None:
 
 def write_step_stats(run: Run) -> None:
     """steps.jsonl: the engine's steps, with start_s moved to the records' clock."""
-    step_stats = getattr(run.engine, "step_stats", None)
-    if step_stats is None:
+    if not run.engine.capabilities.step_stats:
         return
     origin_s = run.load.origin_perf_counter_s
     with (run.run_dir / "steps.jsonl").open("w", encoding="utf-8") as f:
-        for step in step_stats():
+        for step in run.engine.step_stats():
             row = step.to_dict()
             row["start_s"] = step.start_s - origin_s
             f.write(json.dumps(row) + "\n")
@@ -261,11 +260,10 @@ def write_server_metrics(run: Run) -> None:
 
 def measured_steps(run: Run) -> list[StepStat]:
     """The engine's steps that started in the measured window (after warmup)."""
-    step_stats = getattr(run.engine, "step_stats", None)
-    if step_stats is None:
+    if not run.engine.capabilities.step_stats:
         return []
     start = run.load.origin_perf_counter_s + run.load.measure_start_s
-    return [s for s in step_stats() if s.start_s >= start]
+    return [s for s in run.engine.step_stats() if s.start_s >= start]
 
 
 def summarize(run: Run) -> None:

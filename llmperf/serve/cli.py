@@ -12,6 +12,7 @@ Bad input: one line on stderr, exit code 2.
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from typing import Any, NoReturn
 
@@ -56,7 +57,7 @@ def parse_overrides(argv: list[str]) -> dict[str, Any]:
     if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
         raise UsageError(f"port={port!r} must be an integer in 0..65535")
     return {
-        "engine_options": config.engine.options(config.model),
+        "engine_options": {"model": config.model.ref, **_fields(config.engine)},
         "engine_name": config.engine.name,
         "host": str(server.get("host", DEFAULT_HOST)),
         "port": port,
@@ -64,6 +65,11 @@ def parse_overrides(argv: list[str]) -> dict[str, Any]:
         "served_model_name": _optional_str(server.get("served_model_name")),
         "request_log": _optional_str(server.get("request_log")),
     }
+
+
+def _fields(engine: Any) -> dict[str, Any]:
+    """An engine's options as `build_server` takes them (the name is its own argument)."""
+    return {k: v for k, v in dataclasses.asdict(engine).items() if k != "name"}
 
 
 def _scalar(key: str, raw: str) -> Any:

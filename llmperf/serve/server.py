@@ -9,7 +9,7 @@ from typing import Any
 
 import uvicorn
 
-from engines.registry import build_engine
+from engines.registry import ENGINE_CONFIGS, ENGINES
 from llmperf.serve.app import OpenAIServer, build_app
 from llmperf.serve.chat_template import compile_chat_template, load_chat_template
 from llmperf.serve.request_log import RequestLog
@@ -27,10 +27,14 @@ def build_server(
     served_model_name: str | None = None,
     request_log: str | Path | None = None,
 ) -> OpenAIServer:
-    """Build the engine (weights and all) and the server state over it."""
+    """Build the engine (weights and all) and the server state over it.
+
+    `engine_options`: `model` (a preset or checkpoint folder) and any of the engine's options.
+    """
     check_servable(engine_name)
-    engine = build_engine(engine_name, **engine_options)
+    fields = {k: v for k, v in engine_options.items() if k != "model"}
     model = str(engine_options.get("model", "tiny"))
+    engine = ENGINES.get(engine_name)(model, ENGINE_CONFIGS.get(engine_name)(**fields))
     checkpoint = Path(model).expanduser()
     template, special_tokens = load_chat_template(checkpoint if checkpoint.is_dir() else None)
     return OpenAIServer(

@@ -7,12 +7,11 @@ throttling to summary.json. Nothing here touches a device at import time.
 
 from llmperf.telemetry.collector import Collector
 from llmperf.telemetry.sample import Sample, Sampler, SamplerUnavailable
-from llmperf.telemetry.sources import SAMPLERS, SOURCES
+from llmperf.telemetry.sources import SAMPLERS
 from llmperf.telemetry.summary import summarize
 
 __all__ = [
     "SAMPLERS",
-    "SOURCES",
     "Collector",
     "Sample",
     "Sampler",

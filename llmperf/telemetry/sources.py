@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from llmperf.registry import Registry
 from llmperf.telemetry.nvml import NvmlSampler
 from llmperf.telemetry.process import ProcessSampler
 from llmperf.telemetry.sample import Sampler, SamplerUnavailable
@@ -11,22 +12,26 @@ from llmperf.telemetry.torch_cuda import TorchCudaSampler
 
 SamplerFactory = Callable[[list[int] | None], Sampler]  # device_indices -> sampler
 
-SAMPLERS: dict[str, SamplerFactory] = {
-    "nvml": lambda device_indices: NvmlSampler(device_indices),
-    "torch_cuda": lambda device_indices: TorchCudaSampler(device_indices),
-    "process": lambda device_indices: ProcessSampler(),
-}
+AUTO = "auto"
+
+SAMPLERS: Registry[SamplerFactory] = Registry(
+    "telemetry source",
+    {
+        "nvml": lambda device_indices: NvmlSampler(device_indices),
+        "torch_cuda": lambda device_indices: TorchCudaSampler(device_indices),
+        "process": lambda device_indices: ProcessSampler(),
+    },
+    also_valid=(AUTO,),
+)
 
 # What `auto` tries, in order. NVML sees the whole device; torch.cuda sees what the
 # caching allocator holds, which NVML cannot, so auto keeps every one that opens.
 DEVICE_SOURCES = ("nvml", "torch_cuda")
 
-SOURCES = ("auto", *SAMPLERS)
-
 
 def validate_source(source: str) -> None:
-    if source not in SOURCES:
-        raise ValueError(f"unknown telemetry source {source!r}; valid: {', '.join(SOURCES)}")
+    if source != AUTO:
+        SAMPLERS.get(source)
 
 
 def open_samplers(
@@ -39,7 +44,7 @@ def open_samplers(
     range raises ValueError.
     """
     validate_source(source)
-    names = list(DEVICE_SOURCES) if source == "auto" else [source]
+    names = list(DEVICE_SOURCES) if source == AUTO else [source]
     if "process" not in names:
         names.append("process")
     opened: list[Sampler] = []

@@ -1,5 +1,6 @@
 """Arrival processes: when each request is meant to arrive, in seconds from the start of
-the measured load. One function per process, picked by name from `ARRIVALS`."""
+the measured load. One function per process, picked by name from `ARRIVALS`; the
+scenario's `arrival` options (`ArrivalConfig`) are declared here, beside them."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from llmperf.errors import ConfigError
-from llmperf.errors import check_positive as _positive
+from llmperf.options import check_positive, option
+from llmperf.registry import Registry
 
 if TYPE_CHECKING:
     from llmperf.workload.trace import TraceRow
@@ -124,34 +126,38 @@ class ArrivalProcess:
     closed_loop: bool = False  # a request is sent when a slot frees, not at a time
 
 
-ARRIVALS: dict[str, ArrivalProcess] = {
-    "offline": ArrivalProcess(offline_times),
-    "constant": ArrivalProcess(constant_times, needs_rate=True),
-    "poisson": ArrivalProcess(poisson_times, needs_rate=True),
-    "gamma": ArrivalProcess(gamma_times, needs_rate=True),
-    "closed": ArrivalProcess(offline_times, closed_loop=True),
-    "trace": ArrivalProcess(trace_times, needs_trace=True),
-    "ramp": ArrivalProcess(ramp_times, needs_rate=True),
-}
+ARRIVALS: Registry[ArrivalProcess] = Registry(
+    "arrival process",
+    {
+        "offline": ArrivalProcess(offline_times),
+        "constant": ArrivalProcess(constant_times, needs_rate=True),
+        "poisson": ArrivalProcess(poisson_times, needs_rate=True),
+        "gamma": ArrivalProcess(gamma_times, needs_rate=True),
+        "closed": ArrivalProcess(offline_times, closed_loop=True),
+        "trace": ArrivalProcess(trace_times, needs_trace=True),
+        "ramp": ArrivalProcess(ramp_times, needs_rate=True),
+    },
+)
 
 
 @dataclass
 class ArrivalConfig:
-    process: str = "poisson"
-    rate_rps: float | None = 1.0  # constant, poisson, gamma
-    burstiness: float = 1.0  # gamma shape: CV of the gaps = 1/sqrt(burstiness)
-    concurrency: int | None = None  # closed: requests in flight at all times
-    trace_path: str | None = None  # trace: JSONL or CSV (see llmperf/workload/trace.py)
-    trace_speedup: float = 1.0  # trace: replay this many times faster
-    ramp_start_rps: float = 0.0  # ramp: the rate at t=0; rate_rps is the rate it rises to
-    ramp_duration_s: float | None = None  # ramp: seconds from the start rate to rate_rps
-    ramp_steps: int | None = None  # ramp: null rises linearly; n rises in n equal steps
+    """`scenario.arrival`: when requests are sent."""
+
+    process: str = option("poisson", "offline | constant | poisson | gamma | closed | trace | ramp")
+    rate_rps: float | None = option(1.0, "constant, poisson, gamma: mean requests per second; ramp: the rate it rises to")
+    burstiness: float = option(1.0, "gamma shape b: gap CV = 1/sqrt(b); 1 is Poisson, < 1 burstier")
+    concurrency: int | None = option(None, "closed: requests kept in flight at all times")
+    trace_path: str | None = option(None, "trace: JSONL or CSV (timestamp ms, input_length, output_length, hash_ids)")
+    trace_speedup: float = option(1.0, "trace: replay this many times faster")
+    ramp_start_rps: float = option(0.0, "ramp: the rate at t=0; rate_rps is the rate it rises to")
+    ramp_duration_s: float | None = option(None, "ramp: seconds from the start rate to rate_rps")
+    ramp_steps: int | None = option(None, "ramp: null rises linearly; n rises in n equal steps")
 
     def __post_init__(self) -> None:
-        if self.process not in ARRIVALS:
-            raise ConfigError("process", self.process, "unknown arrival process", ARRIVALS)
-        kind = ARRIVALS[self.process]
-        _positive(self, "rate_rps", "burstiness", "concurrency", "trace_speedup")
+        ARRIVALS.check("process", self.process)
+        kind = ARRIVALS.get(self.process)
+        check_positive(self, "rate_rps", "burstiness", "concurrency", "trace_speedup")
         if kind.needs_rate and self.rate_rps is None:
             raise ConfigError(
                 "rate_rps", None, f"arrival process {self.process!r} needs a rate > 0"
@@ -160,7 +166,7 @@ class ArrivalConfig:
             raise ConfigError("concurrency", None, "the closed loop needs a concurrency >= 1")
         if kind.needs_trace and not self.trace_path:
             raise ConfigError("trace_path", self.trace_path, "the trace process needs a trace file")
-        _positive(self, "ramp_start_rps", allow_none=False, strict=False)
-        _positive(self, "ramp_duration_s", "ramp_steps")
+        check_positive(self, "ramp_start_rps", allow_none=False, strict=False)
+        check_positive(self, "ramp_duration_s", "ramp_steps")
         if self.process == "ramp" and self.ramp_duration_s is None:
             raise ConfigError("ramp_duration_s", None, "the ramp process needs a duration > 0")

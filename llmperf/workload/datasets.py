@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import importlib.resources
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from llmperf.errors import ConfigError, DataError
+from llmperf.registry import Registry
 
 
 def resolve_path(path: str, key: str) -> Path:
@@ -99,3 +101,9 @@ def _is_turn(turn: object) -> bool:
         and isinstance(turn.get("from"), str)
         and isinstance(turn.get("value"), str)
     )
+
+
+# Dataset file formats by name (`scenario.dataset_format`): path, config key -> conversations.
+DATASET_FORMATS: Registry[Callable[[str, str], list[Conversation]]] = Registry(
+    "dataset format", {"sharegpt": load_sharegpt}
+)

@@ -1,4 +1,5 @@
-"""Length distributions for prompts and outputs, picked by name from `LENGTHS`.
+"""Length distributions for prompts and outputs, picked by name from `LENGTHS`, and
+their options (`LengthConfig`, the scenario's `prompt_tokens` and `output_tokens`).
 
 Every sample is rounded and clipped to [min, max] (and to at least 1 token).
 """
@@ -12,7 +13,31 @@ from dataclasses import dataclass
 import numpy as np
 
 from llmperf.errors import ConfigError
-from llmperf.errors import check_positive as _positive
+from llmperf.options import check_positive, option
+from llmperf.registry import Registry
+
+
+@dataclass
+class LengthConfig:
+    """Token counts: `fixed` uses value; `uniform` min..max; `normal`/`lognormal` mean and std
+    (of the lengths themselves); `dataset` the lengths of the dataset's texts."""
+
+    dist: str = option("fixed", "fixed | uniform | normal | lognormal | dataset")
+    value: int | None = option(None, "fixed: the length")
+    mean: float | None = option(None, "normal, lognormal: mean of the lengths")
+    std: float | None = option(None, "normal, lognormal: standard deviation of the lengths")
+    min: int = option(1, "every sample is clipped to at least this")
+    max: int | None = option(None, "every sample is clipped to at most this (uniform: the upper end)")
+
+    def __post_init__(self) -> None:
+        LENGTHS.check("dist", self.dist)
+        for name in LENGTHS.get(self.dist).required:
+            if getattr(self, name) is None:
+                raise ConfigError(name, None, f"the {self.dist!r} distribution needs it")
+        check_positive(self, "value", "mean", "min", "max")
+        check_positive(self, "std", strict=False)
+        if self.max is not None and self.max < self.min:
+            raise ConfigError("max", self.max, f"must be >= min ({self.min})")
 
 
 def fixed_length(cfg: LengthConfig, rng: np.random.Generator) -> float:
@@ -39,13 +64,16 @@ class LengthDist:
     required: tuple[str, ...] = ()
 
 
-LENGTHS: dict[str, LengthDist] = {
-    "fixed": LengthDist(fixed_length, ("value",)),
-    "uniform": LengthDist(uniform_length, ("min", "max")),
-    "normal": LengthDist(normal_length, ("mean", "std")),
-    "lognormal": LengthDist(lognormal_length, ("mean", "std")),
-    "dataset": LengthDist(None),
-}
+LENGTHS: Registry[LengthDist] = Registry(
+    "length distribution",
+    {
+        "fixed": LengthDist(fixed_length, ("value",)),
+        "uniform": LengthDist(uniform_length, ("min", "max")),
+        "normal": LengthDist(normal_length, ("mean", "std")),
+        "lognormal": LengthDist(lognormal_length, ("mean", "std")),
+        "dataset": LengthDist(None),
+    },
+)
 
 
 def clip_length(cfg: LengthConfig, length: float) -> int:
@@ -54,30 +82,6 @@ def clip_length(cfg: LengthConfig, length: float) -> int:
 
 
 def sample_length(cfg: LengthConfig, rng: np.random.Generator) -> int:
-    sample = LENGTHS[cfg.dist].sample
+    sample = LENGTHS.get(cfg.dist).sample
     assert sample is not None, "dataset lengths are read from the dataset"
     return clip_length(cfg, sample(cfg, rng))
-
-
-@dataclass
-class LengthConfig:
-    """Token counts: `fixed` uses value; `uniform` min..max; `normal`/`lognormal` mean and std
-    (of the lengths themselves); `dataset` the lengths of the dataset's texts."""
-
-    dist: str = "fixed"
-    value: int | None = None
-    mean: float | None = None
-    std: float | None = None
-    min: int = 1
-    max: int | None = None
-
-    def __post_init__(self) -> None:
-        if self.dist not in LENGTHS:
-            raise ConfigError("dist", self.dist, "unknown length distribution", LENGTHS)
-        for name in LENGTHS[self.dist].required:
-            if getattr(self, name) is None:
-                raise ConfigError(name, None, f"the {self.dist!r} distribution needs it")
-        _positive(self, "value", "mean", "min", "max")
-        _positive(self, "std", strict=False)
-        if self.max is not None and self.max < self.min:
-            raise ConfigError("max", self.max, f"must be >= min ({self.min})")

@@ -7,7 +7,28 @@ rate a prefix cache can be expected to reach.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
+
+from llmperf.errors import ConfigError
+from llmperf.options import check_positive, option
+
+
+@dataclass
+class PrefixConfig:
+    """`scenario.prefix`: synthetic shared prefixes. Each prompt starts with one of `groups`
+    system prompts of `length` tokens (picked at random), then its own `prompt_tokens` tokens."""
+
+    groups: int = option(0, "shared system prompts; 0: no shared prefix")
+    length: int = option(0, "tokens in each shared prefix")
+    block_tokens: int = option(16, "the prefix cache's block: only whole blocks are reused")
+
+    def __post_init__(self) -> None:
+        check_positive(self, "groups", "length", allow_none=False, strict=False)
+        check_positive(self, "block_tokens", allow_none=False)
+        if self.groups and not self.length:
+            raise ConfigError("length", self.length, "shared prefixes need a length > 0")
 
 
 class SharedPrefixes:

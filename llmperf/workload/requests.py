@@ -14,11 +14,11 @@ import numpy as np
 
 from engines.base import Request, SamplingParams, Tokenizer
 from llmperf.errors import DataError
-from llmperf.run.config import LengthConfig, ScenarioConfig
 from llmperf.workload.arrivals import ARRIVALS
-from llmperf.workload.datasets import Conversation, load_sharegpt, resolve_path
-from llmperf.workload.lengths import clip_length, sample_length
+from llmperf.workload.datasets import DATASET_FORMATS, Conversation, resolve_path
+from llmperf.workload.lengths import LengthConfig, clip_length, sample_length
 from llmperf.workload.prefixes import SharedPrefixes
+from llmperf.workload.scenario import ScenarioConfig
 from llmperf.workload.sessions import Session, Turn, think_time_s
 from llmperf.workload.trace import TRACE_BLOCK_TOKENS, TraceRow, load_trace
 
@@ -66,7 +66,9 @@ class Workload:
             load_trace(scenario.arrival.trace_path) if self.process.needs_trace else []
         )
         self.conversations: list[Conversation] = (
-            load_sharegpt(scenario.dataset) if scenario.dataset else []
+            DATASET_FORMATS.get(scenario.dataset_format)(scenario.dataset, "scenario.dataset")
+            if scenario.dataset
+            else []
         )
         eos = set(tokenizer.eos_token_ids)
         self._token_pool = np.array([t for t in range(tokenizer.vocab_size) if t not in eos])

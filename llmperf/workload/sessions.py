@@ -9,7 +9,27 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from llmperf.run.config import SessionConfig
+from llmperf.options import check_choice, check_positive, option
+
+THINK_TIMES = ("fixed", "exponential", "uniform")
+
+
+@dataclass
+class SessionConfig:
+    """`scenario.sessions`: multi-turn sessions. The arrival process starts sessions; each
+    turn's prompt is the session's earlier prompts and replies, then the new user message."""
+
+    turns: int = option(0, "0: single requests; n: n turns a session (a dataset: its own turns, at most n)")
+    think_time: str = option("exponential", "fixed | exponential | uniform: seconds between a reply and the next turn")
+    think_time_s: float = option(1.0, "fixed: the value; exponential: the mean; uniform: 0..2x the mean")
+    max_concurrent: int | None = option(None, "sessions open at once; more wait for a free slot")
+    max_context_tokens: int | None = option(None, "a session ends before a turn that would not fit")
+
+    def __post_init__(self) -> None:
+        check_positive(self, "turns", allow_none=False, strict=False)
+        check_positive(self, "think_time_s", allow_none=False, strict=False)
+        check_positive(self, "max_concurrent", "max_context_tokens")
+        check_choice("think_time", self.think_time, THINK_TIMES, "think-time distribution")
 
 
 @dataclass

@@ -2,22 +2,21 @@
 
 from __future__ import annotations
 
-import importlib
-
 from engines.reference.attention.base import AttentionBackend, AttentionMetadata
+from llmperf.registry import Registry
 
-BACKENDS: dict[str, str] = {
-    "eager": "engines.reference.attention.eager:EagerAttention",
-    "sdpa": "engines.reference.attention.sdpa:SdpaAttention",
-    "triton": "engines.reference.attention.triton:TritonAttention",
-}
+BACKENDS: Registry[type[AttentionBackend]] = Registry(
+    "attention backend",
+    {
+        "eager": "engines.reference.attention.eager:EagerAttention",
+        "sdpa": "engines.reference.attention.sdpa:SdpaAttention",
+        "triton": "engines.reference.attention.triton:TritonAttention",
+    },
+)
 
 
 def get_backend(name: str) -> AttentionBackend:
-    if name not in BACKENDS:
-        raise ValueError(f"unknown attention backend {name!r}; valid: {', '.join(BACKENDS)}")
-    module_name, class_name = BACKENDS[name].split(":")
-    return getattr(importlib.import_module(module_name), class_name)()
+    return BACKENDS.build(name)
 
 
 __all__ = ["AttentionBackend", "AttentionMetadata", "BACKENDS", "get_backend"]

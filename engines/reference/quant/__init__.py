@@ -7,23 +7,22 @@ model's `nn.Linear` and `nn.Embedding` layers for them in place.
 
 from __future__ import annotations
 
-import importlib
-
 import torch.nn as nn
 
 from engines.reference.quant.base import QuantizedEmbedding, QuantizedLinear
+from llmperf.registry import Registry
 
-WEIGHT_FORMATS: dict[str, str] = {
-    "int8": "engines.reference.quant.int8:Int8Linear",
-    "fp8": "engines.reference.quant.fp8:Fp8Linear",
-}
+WEIGHT_FORMATS: Registry[type[QuantizedLinear]] = Registry(
+    "weight format",
+    {
+        "int8": "engines.reference.quant.int8:Int8Linear",
+        "fp8": "engines.reference.quant.fp8:Fp8Linear",
+    },
+)
 
 
 def get_weight_format(name: str) -> type[QuantizedLinear]:
-    if name not in WEIGHT_FORMATS:
-        raise ValueError(f"unknown weight format {name!r}; valid: {', '.join(WEIGHT_FORMATS)}")
-    module_name, class_name = WEIGHT_FORMATS[name].split(":")
-    return getattr(importlib.import_module(module_name), class_name)
+    return WEIGHT_FORMATS.get(name)
 
 
 def quantize_modules(

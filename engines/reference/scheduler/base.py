@@ -14,22 +14,8 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from engines.reference.kv_cache import KVCache
+from engines.reference.options import ReferenceEngineConfig
 from engines.reference.sequence import SeqStatus, Sequence
-
-
-@dataclass
-class SchedulerOptions:
-    max_batch_size: int = 8  # static, dynamic
-    max_wait_ms: float = 20.0  # dynamic
-    max_num_seqs: int = 32  # continuous, chunked
-    max_num_batched_tokens: int = 512  # chunked (and continuous's prefill step)
-
-    def __post_init__(self) -> None:
-        for name in ("max_batch_size", "max_num_seqs", "max_num_batched_tokens"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.max_wait_ms < 0:
-            raise ValueError(f"max_wait_ms must be >= 0, got {self.max_wait_ms}")
 
 
 @dataclass
@@ -57,11 +43,15 @@ class SchedulerOutput:
 
 
 class Scheduler(ABC):
-    """Shared machinery; subclasses implement `schedule`."""
+    """Shared machinery; subclasses implement `schedule`.
+
+    `opts` is the engine's own options object: a strategy reads the fields it uses
+    (max_batch_size, max_wait_ms, max_num_seqs, max_num_batched_tokens).
+    """
 
     name = "base"
 
-    def __init__(self, kv: KVCache, opts: SchedulerOptions):
+    def __init__(self, kv: KVCache, opts: ReferenceEngineConfig):
         self.kv = kv
         self.opts = opts
         self.waiting: deque[Sequence] = deque()

@@ -1,0 +1,51 @@
+"""The HTTP client's options (`engine=openai`): any OpenAI-compatible server."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+from engines.options import EngineConfig
+from llmperf.errors import ConfigError
+from llmperf.options import check_choice, check_positive, option
+
+ENDPOINTS = ("completions", "chat")
+PROMPT_FORMATS = ("text", "token_ids")
+
+
+@dataclass
+class OpenAIEngineConfig(EngineConfig):
+    name: str = "openai"
+    base_url: str = option("http://localhost:8000/v1", "the server's API root")
+    model: str | None = option(None, "the served model's name (what /v1/models lists); null: the model group's name")
+    api_key: str | None = option("EMPTY", "sent as a bearer token; null: no Authorization header")
+    request_timeout_s: float = option(600.0, "the most one request may take, from sending to its last chunk")
+    connect_timeout_s: float = option(10.0, "the most opening a connection may take")
+    tokenizer: str | None = option(None, "local tokenizer.json (or its folder) for prompts and token counts; null: bytes")
+    max_connections: int = option(1024, "keep-alive connections; at least the load's concurrency")
+    endpoint: str = option("completions", "completions (/v1/completions) or chat (/v1/chat/completions)")
+    prompt_format: str = option("text", "text, or token_ids: exact prompt lengths on vLLM, SGLang, llmperf-serve")
+    model_config: str | None = option(None, "the served model's shape (roofline): a preset or a folder with config.json; null: model.path, else the tokenizer's folder")
+    precision: str | None = option(None, "the server's weights: fp32, bf16, fp16, int8 or fp8; null: config.json's torch_dtype, else bf16")
+    metrics_url: str | None = option(None, "Prometheus text scraped during the run; null: base_url without /v1, + /metrics; off: none")
+    metrics_interval_s: float = option(1.0, "seconds between scrapes (one more at the start and end of the measured window)")
+
+    def __post_init__(self) -> None:
+        check_positive(self, "request_timeout_s", "connect_timeout_s", "max_connections", "metrics_interval_s")
+        check_choice("endpoint", self.endpoint, ENDPOINTS, "endpoint")
+        check_choice("prompt_format", self.prompt_format, PROMPT_FORMATS, "prompt format")
+        if self.endpoint == "chat" and self.prompt_format == "token_ids":
+            raise ConfigError(
+                "prompt_format", self.prompt_format, "needs endpoint completions (chat takes messages)"
+            )
+
+    def model_for(self, model: Any) -> str:
+        return self.model or model.name
+
+    def with_model(self, model: Any) -> OpenAIEngineConfig:
+        return replace(self, model_config=self.model_config or model.path)
+
+    def metrics_endpoint(self) -> str | None:
+        if self.metrics_url == "off":
+            return None
+        return self.metrics_url or self.base_url.rstrip("/").removesuffix("/v1") + "/metrics"

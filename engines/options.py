@@ -1,0 +1,31 @@
+"""What every engine's options dataclass shares.
+
+Each engine declares its options once, as a dataclass beside it (a Hydra
+structured config: `scenarios/engine/<name>.yaml` only picks the schema); the
+engine is built from that object, and the docs' tables are generated from it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from omegaconf import MISSING
+
+
+@dataclass
+class EngineConfig:
+    name: str = MISSING
+
+    def model_for(self, model: Any) -> str:
+        """What the engine takes as `model`, from the run's model selection
+        (`llmperf.run.config.ModelSelection`): the checkpoint path if given, else the preset."""
+        return model.ref
+
+    def with_model(self, model: Any) -> EngineConfig:
+        """These options with what they take from the run's model selection (none by default)."""
+        return self
+
+    def metrics_endpoint(self) -> str | None:
+        """The server's Prometheus /metrics to scrape while the load runs; None: no server."""
+        return None

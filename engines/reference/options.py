@@ -1,0 +1,34 @@
+"""The reference engine's options (`engine=reference`): the engine, its KV cache and its
+scheduler are all built from this one object."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from engines.options import EngineConfig
+from llmperf.options import check_positive, option
+
+
+@dataclass
+class ReferenceEngineConfig(EngineConfig):
+    name: str = "reference"
+    attention: str = option("sdpa", "attention backend: eager, sdpa or triton")
+    precision: str = option("fp32", "fp32, bf16, fp16, int8 or fp8 (weight-only quantized)")
+    device: str = option("cpu", "torch device; with tp > 1 on CUDA, rank r runs on cuda:r")
+    seed: int = option(0, "seeds the preset's random weights and sampling")
+    batching: str = option("continuous", "sequential, static, dynamic, continuous or chunked")
+    kv_cache: str = option("paged", "contiguous or paged")
+    max_batch_size: int = option(8, "static and dynamic batching: requests per batch")
+    max_wait_ms: float = option(20.0, "dynamic batching: how long a batch waits to fill")
+    max_num_seqs: int = option(32, "continuous and chunked: sequences in flight")
+    max_num_batched_tokens: int = option(512, "tokens per step (chunked prefill budget, continuous prefill steps)")
+    num_kv_blocks: int | None = option(None, "KV cache blocks; null: room for max_num_seqs full sequences, within memory")
+    kv_block_size: int = option(16, "tokens per KV cache block")
+    enable_prefix_caching: bool = option(False, "paged: reuse the KV blocks of a shared prompt prefix")
+    max_model_len: int | None = option(None, "context positions served; null: the model's, at most 4096")
+    tp: int = option(1, "tensor-parallel ranks, one process each")
+
+    def __post_init__(self) -> None:
+        check_positive(self, "max_batch_size", "max_num_seqs", "max_num_batched_tokens", "num_kv_blocks")
+        check_positive(self, "kv_block_size", "max_model_len", "tp")
+        check_positive(self, "max_wait_ms", allow_none=False, strict=False)
