@@ -282,7 +282,9 @@ class TimedStreamer(BaseStreamer):
                 padded_tokens=len(batch) * self.prompt_len - real_prompt
                 if prefill
                 else len(batch) - len(active),
-                context_tokens=len(batch) * (self.prompt_len + self.num_steps),
+                # KV positions held for real tokens: a row's left padding and a finished
+                # row's slot are computed (padded_tokens) but hold nothing of a request
+                context_tokens=sum(len(j.prompt_token_ids) + self.num_steps for j in active),
                 num_waiting=len(self.engine._inbox),
             )
         )

@@ -125,6 +125,21 @@ def test_each_token_is_an_event_with_its_time_and_the_last_one_finishes(hf):
     )  # the prefill ends at the first tokens
 
 
+def test_kv_positions_read_count_each_rows_real_tokens_not_its_padding(hf):
+    """A left-padded row holds its own prompt and outputs in the KV cache; padding slots and
+    rows that already finished hold nothing the roofline should count as read."""
+    max_tokens = [3, 7, 5, 1]
+    hf._steps.clear()
+    stream_queued(hf, requests_for(PROMPTS[:4], max_tokens, prefix="kv"))
+    steps = hf.step_stats()
+    lengths = [len(p) for p in PROMPTS[:4]]  # 5, 3, 8, 20
+    # step k (0 = prefill) attends, for each row still running, its prompt + k tokens
+    expected = [sum(n + k for n, m in zip(lengths, max_tokens, strict=True) if m > k) for k in range(7)]
+    # by hand: 5+3+8+20, 6+4+9, 7+5+10, 6+11, 7+12, 8, 9 (padded, 4 x (20 + k) each)
+    assert expected == [36, 19, 22, 17, 19, 8, 9]
+    assert [s.context_tokens for s in steps] == expected
+
+
 def test_waiting_requests_form_batches_of_at_most_max_batch_size(hf):
     hf._steps.clear()
     stream_queued(hf, requests_for(PROMPTS, [2] * len(PROMPTS), prefix="b"))
