@@ -44,7 +44,7 @@ from engines.threaded import ThreadedEngine
 from llmperf.registry import Registry
 
 FLOAT_PRECISIONS: Registry[Precision] = Registry(
-    "precision for engine hf",
+    "hf precision",
     {name: PRECISIONS[name] for name in PRECISIONS if not PRECISIONS[name].is_quantized},
 )
 

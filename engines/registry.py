@@ -6,8 +6,6 @@ never pulls in transformers or an HTTP client.
 
 from __future__ import annotations
 
-from typing import Any
-
 from engines.base import Engine
 from engines.options import EngineConfig
 from llmperf.registry import Registry
@@ -33,6 +31,7 @@ ENGINE_CONFIGS: Registry[type[EngineConfig]] = Registry(
 )
 
 
-def build_engine(options: EngineConfig, model: Any) -> Engine:
-    """The engine `options.name`, built from its options and the run's model selection."""
-    return ENGINES.get(options.name)(options.model_for(model), options)
+def build_engine(options: EngineConfig, model: str) -> Engine:
+    """The engine `options.name`, built from its options; `model` is what it takes as its
+    model (`options.model_for(selection)` from a run's model selection)."""
+    return ENGINES.get(options.name)(model, options)

@@ -69,7 +69,7 @@ def test_registry_builds_it_with_the_config_tree_options():
         connect_timeout_s=1.0,
         tokenizer=None,
     )
-    engine = build_engine(options, ModelSelection(name="tiny"))
+    engine = build_engine(options, options.model_for(ModelSelection(name="tiny")))
     assert engine.model == "m"
     assert engine.url == "http://127.0.0.1:1/v1/completions"
     assert engine.info()["endpoint"] == "completions"

@@ -13,6 +13,7 @@ import openai
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from engines.base import EngineCapabilities
 from llmperf.errors import UsageError
 from llmperf.serve.app import OpenAIServer, build_app, engine_load
 from llmperf.serve.chat_template import (
@@ -539,7 +540,7 @@ def test_cli_bad_input_is_one_line_and_exit_2(argv, message, capsys):
 
 
 def test_cli_engine_whose_library_is_missing_is_one_line_and_exit_2(monkeypatch, capsys):
-    def build_engine(name, **options):
+    def build_engine(options, model):
         raise ImportError("No module named 'transformers'")
 
     monkeypatch.setattr("llmperf.serve.server.build_engine", build_engine)
@@ -556,6 +557,8 @@ def test_a_dead_engine_fails_requests_and_health_with_503(served):
 
     class Dead:
         """Stands in for an engine whose step thread has died."""
+
+        capabilities = EngineCapabilities(kv_stats=True, liveness=True)
 
         def __init__(self, engine):
             self.tokenizer, self.max_model_len, self.kv = (

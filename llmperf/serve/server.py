@@ -9,7 +9,7 @@ from typing import Any
 
 import uvicorn
 
-from engines.registry import ENGINE_CONFIGS, ENGINES
+from engines.registry import ENGINE_CONFIGS, build_engine
 from llmperf.serve.app import OpenAIServer, build_app
 from llmperf.serve.chat_template import compile_chat_template, load_chat_template
 from llmperf.serve.request_log import RequestLog
@@ -34,7 +34,7 @@ def build_server(
     check_servable(engine_name)
     fields = {k: v for k, v in engine_options.items() if k != "model"}
     model = str(engine_options.get("model", "tiny"))
-    engine = ENGINES.get(engine_name)(model, ENGINE_CONFIGS.get(engine_name)(**fields))
+    engine = build_engine(ENGINE_CONFIGS.get(engine_name)(**fields), model)
     checkpoint = Path(model).expanduser()
     template, special_tokens = load_chat_template(checkpoint if checkpoint.is_dir() else None)
     return OpenAIServer(
