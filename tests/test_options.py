@@ -46,6 +46,7 @@ class _Demo(EngineConfig):
     name: str = "demo"
     rate_rps: float | None = option(None, "requests per second; null: as fast as it can")
     warm: bool = option(True, "send a warmup first")
+    label: str = option("", "free text")
     tags: list[str] = option(help="labels", factory=lambda: ["a"])
 
 
@@ -55,6 +56,7 @@ def test_a_table_row_is_the_field_its_type_its_default_and_its_help():
         "|---|---|---|---|\n"
         "| `rate_rps` | `float \\| None` | `null` | requests per second; null: as fast as it can |\n"
         "| `warm` | `bool` | `true` | send a warmup first |\n"
+        "| `label` | `str` | `\"\"` | free text |\n"
         "| `tags` | `list[str]` | `['a']` | labels |\n"
     )
 

@@ -82,6 +82,8 @@ def _yaml(value: Any) -> str:
         return "null"
     if isinstance(value, bool):
         return str(value).lower()
+    if value == "":
+        return '""'
     if isinstance(value, dict):
         return "{}" if not value else str(value)
     return str(value)
