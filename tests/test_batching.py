@@ -223,7 +223,7 @@ def test_unseeded_sampling_follows_the_engine_seed_whatever_ran_before():
 def test_a_stopped_engine_runs_only_what_comes_after_the_stop():
     eng = engine("continuous", "paged")
     events = []
-    seq = eng._make_sequence(Request(id="early", max_tokens=4, prompt_token_ids=[5, 6, 7]), events.append)
+    seq = eng._make_job(Request(id="early", max_tokens=4, prompt_token_ids=[5, 6, 7]), events.append)
     eng._submit(seq)  # waits in the inbox; no loop runs it
     eng.stop()
     assert events[-1].finished and events[-1].finish_reason == "abort"
