@@ -10,7 +10,7 @@ from engines.base import EngineCapabilities, Request
 from engines.registry import ENGINES
 from llmperf.measure.loadgen import LoadGenerator
 from llmperf.serve.app import context_limit, engine_is_alive, engine_load
-from llmperf.serve.metrics import EngineLoad
+from llmperf.serve.prometheus_metrics import EngineLoad
 from tests.fakes import ScriptedEngine
 
 DECLARED = {

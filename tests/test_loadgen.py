@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from engines.base import Request, TokenEvent
+from engines.base import EngineCapabilities, Request, TokenEvent
 from engines.synthetic import SyntheticEngine
 from llmperf.measure.loadgen import LoadGenerator
 from llmperf.measure.metrics import compute_metrics
@@ -184,6 +184,7 @@ class ReceiptStampingEngine:
     before handing it over, as a load generator busy with other requests would be."""
 
     name = "receipt-stamping"
+    capabilities = EngineCapabilities()
     tokenizer = None
 
     def __init__(self, gaps_s, loop_delay_s, clock=time.perf_counter):

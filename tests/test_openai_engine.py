@@ -532,9 +532,9 @@ def test_a_bad_model_config_or_precision_is_one_line_and_exit_2(compose_config, 
 
 def test_the_runs_checkpoint_folder_names_the_served_model(compose_config):
     config = compose_config("engine=openai", "model.path=/checkpoints/my-llama")
-    assert config.engine.options(config.model)["model_config"] == "/checkpoints/my-llama"
+    assert config.engine.with_model(config.model).model_config == "/checkpoints/my-llama"
     config = compose_config("engine=openai", "model.path=/a", "engine.model_config=tiny")
-    assert config.engine.options(config.model)["model_config"] == "tiny"
+    assert config.engine.with_model(config.model).model_config == "tiny"
 
 
 def test_a_busy_load_generator_loop_does_not_delay_ttft_or_itl(fake_server):

@@ -8,6 +8,7 @@ import itertools
 import numpy as np
 import pytest
 
+from engines.synthetic_options import SyntheticEngineConfig
 from llmperf.errors import ConfigError
 from llmperf.run.config import (
     ArrivalConfig,
@@ -16,7 +17,6 @@ from llmperf.run.config import (
     ReportConfig,
     SaturationConfig,
     ScenarioConfig,
-    SyntheticEngineConfig,
     TelemetryConfig,
     ValidityConfig,
 )

@@ -109,7 +109,7 @@ def run(engine: ReferenceEngine, workload: list[Job]) -> dict[str, list]:
         for request_id, job in zip(ids, workload, strict=True):
             if job.submit_step == step:
                 request = Request(request_id, job.max_tokens, list(job.prompt), sampling=GREEDY_EXACT)
-                engine._submit(engine._make_sequence(request, events[request_id].append))
+                engine._submit(engine._make_job(request, events[request_id].append))
             if job.abort_step == step:
                 engine.abort(request_id)
         engine.flush()  # nothing else is coming this step: a partial batch may launch

@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from engines.reference.options import ReferenceEngineConfig
 from engines.synthetic import ByteTokenizer
+from engines.synthetic_options import SyntheticEngineConfig
 from llmperf.cli import main as llmperf_main
 from llmperf.measure.prefix_reuse import cacheable_tokens
 from llmperf.run.config import (
@@ -16,11 +18,9 @@ from llmperf.run.config import (
     Config,
     LengthConfig,
     PrefixConfig,
-    ReferenceEngineConfig,
     ReportConfig,
     ScenarioConfig,
     SessionConfig,
-    SyntheticEngineConfig,
     TelemetryConfig,
 )
 from llmperf.run.runner import run_benchmark

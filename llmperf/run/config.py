@@ -21,11 +21,11 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 from engines.options import EngineConfig
 from engines.registry import ENGINE_CONFIGS
 from llmperf.errors import ConfigError
+from llmperf.measure.saturation import SaturationConfig
 from llmperf.options import option
 from llmperf.telemetry.options import TelemetryConfig
 from llmperf.workload.arrivals import ArrivalConfig
 from llmperf.workload.lengths import LengthConfig
-from llmperf.measure.saturation import SaturationConfig
 from llmperf.workload.prefixes import PrefixConfig
 from llmperf.workload.scenario import ScenarioConfig, SloConfig, ValidityConfig
 from llmperf.workload.sessions import SessionConfig

@@ -107,7 +107,8 @@ def resolve_hardware(run: Run) -> None:
 def build(run: Run) -> None:
     engine_cfg = run.config.engine
     try:
-        run.engine = build_engine(engine_cfg, engine_cfg.model_for(run.config.model))
+        model = run.config.model
+        run.engine = build_engine(engine_cfg.with_model(model), engine_cfg.model_for(model))
     except ImportError as err:
         raise UsageError(f"engine={engine_cfg.name!r} is not available here: {err}") from None
     except (ValueError, OSError) as err:  # the engine rejected an option, or a file
