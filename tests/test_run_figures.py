@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 from rich.console import Console
 
-from engines.base import StepStat
+from engines.base import EngineCapabilities, StepStat
 from engines.reference.config import ModelConfig
 from engines.reference.presets import get_preset
 from llmperf.hardware.profile import HardwareProfile
@@ -156,7 +156,7 @@ def figures_of_a_fake_run(profile: HardwareProfile, tp: int) -> dict:
         "num_completed": 4, "ttft_s": {"median": 0.031}, "tpot_s": {"median": 0.0043},
     }
     load = LoadResult(100.0, 0.0, 0.0, 2.0, 0, 4, False)
-    engine = SimpleNamespace(step_stats=lambda: steps)
+    engine = SimpleNamespace(capabilities=EngineCapabilities(step_stats=True), step_stats=lambda: steps)
     run = SimpleNamespace(engine=engine, load=load, profile=profile, collector=None, summary=summary)
     add_hardware_figures(run)
     return run.summary
@@ -194,7 +194,7 @@ def test_energy_and_cost_cover_the_same_measured_window():
         "input_tokens_total": 100, "output_tokens_total": 50,
     }
     load = LoadResult(100.0, 0.0, 0.0, 3.0, 0, 1, False)  # the load ended at 3 s
-    run = SimpleNamespace(engine=SimpleNamespace(), load=load, profile=CPU, collector=collector,
+    run = SimpleNamespace(engine=SimpleNamespace(capabilities=EngineCapabilities()), load=load, profile=CPU, collector=collector,
                           summary=summary, records=[])
     add_hardware_figures(run)
     assert summary["run_cost_usd"] == pytest.approx(0.36 * 2.0 / 3600)
