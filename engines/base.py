@@ -16,6 +16,10 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 SEED_RANGE = (-(2**63), 2**64 - 1)  # what torch's generators take
+# Where a request's token counts come from, best first: the ids the engine itself consumed
+# and produced; a server's usage report; a local tokenizer over the text; UTF-8 bytes, one
+# per "token", when nothing better is known (not the model's tokens).
+TOKEN_COUNT_SOURCES = ("engine", "server usage", "tokenizer", "bytes")
 DEFAULT_MAX_MODEL_LEN = 4096  # context positions served when none is asked for
 
 
@@ -116,6 +120,8 @@ class TokenEvent:
     # the event when it takes it, which includes any delay of its own loop.
     received_s: float | None = None
     reasoning: bool = False  # the tokens are reasoning (thinking) content, not the answer
+    # final event: one of TOKEN_COUNT_SOURCES; None: "engine", the engine counted its own ids
+    token_count_source: str | None = None
 
 
 @dataclass

@@ -8,8 +8,9 @@ the load generator takes as the token's time, so a busy load-generator loop does
 delay TTFT or ITL); the final
 event carries the usage chunk's counts (`stream_options.include_usage`), or,
 when the server sends none, the output text's length in tokens of the local
-tokenizer. A server error, a timeout or a dropped connection ends the request
-with finish_reason "error" and the reason (each chunk received counts as one output
+tokenizer (bytes without a tokenizer.json), and says which (`token_count_source`:
+"server usage", "tokenizer" or "bytes"). A server error, a timeout or a dropped connection
+ends the request with finish_reason "error" and the reason (each chunk received counts as one output
 token); nothing raises into the caller.
 
 Chunks and tokens: servers send about one token per chunk, but not always its
@@ -254,9 +255,12 @@ class OpenAIEngine:
             return state.end(now, "error", "the server closed the stream before it finished")
         usage = state.usage or {}
         num_output = usage.get("completion_tokens")
+        num_prompt = usage.get("prompt_tokens")
+        source = "server usage"
+        if num_output is None or num_prompt is None:
+            source = self.local_count_source
         if num_output is None:
             num_output = len(self.tokenizer.encode("".join(state.texts)))
-        num_prompt = usage.get("prompt_tokens")
         if num_prompt is None:
             num_prompt = len(request.prompt_ids(self.tokenizer))
         return TokenEvent(
@@ -268,7 +272,13 @@ class OpenAIEngine:
             num_prompt_tokens=num_prompt,
             num_output_tokens=num_output,
             received_s=now,
+            token_count_source=source,
         )
+
+    @property
+    def local_count_source(self) -> str:
+        """How this client counts tokens the server did not: a tokenizer.json, else bytes."""
+        return "bytes" if isinstance(self.tokenizer, ByteTokenizer) else "tokenizer"
 
 
 class ServerError(Exception):

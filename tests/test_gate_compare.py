@@ -3,7 +3,7 @@ import pytest
 
 from llmperf.gate.compare import IMPROVED, PASS, REGRESSION, WITHIN_NOISE, judge
 from llmperf.gate.errors import GateError
-from llmperf.gate.metrics import MetricSpec, Tolerance
+from llmperf.gate.metric_spec import MetricSpec, Tolerance
 
 THROUGHPUT = MetricSpec.parse("output_throughput_tps")
 TTFT_P99 = MetricSpec.parse("ttft_s.p99")

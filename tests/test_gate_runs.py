@@ -3,7 +3,7 @@ import json
 import pytest
 
 from llmperf.gate.errors import GateError
-from llmperf.gate.metrics import MetricSpec
+from llmperf.gate.metric_spec import MetricSpec
 from llmperf.gate.runs import evaluate, load_jobs, validity_notes
 from tests.test_gate_support import step, summary, write_run, write_sweep
 

@@ -231,3 +231,16 @@ def test_a_receipt_time_on_another_clock_fails_the_request_with_the_reason():
     [record], _ = drive(engine, requests_at([0.0], max_tokens=1))
     assert record.finish_reason == "error"
     assert "not time.perf_counter()" in record.error
+
+
+def test_request_that_asked_for_tokens_and_got_none_fails_as_empty_output():
+    """A stream that ends cleanly without a token is not a completed request: it would count
+    toward throughput and goodput while the user received nothing."""
+    engine = ScriptedEngine(lambda r: [(0.0, 0)] if r.id == "1" else [(0.0, 2)])
+    records, _ = drive(engine, requests_at([0.0, 0.0, 0.0]))
+    by_id = {r.id: r for r in records}
+    assert by_id["1"].error == "empty output" and not by_id["1"].ok
+    assert by_id["1"].finish_reason == "length"  # what the engine said is kept
+    assert by_id["0"].ok and by_id["2"].ok
+    figures = compute_metrics(records, SloConfig())
+    assert figures["num_completed"] == 2 and figures["num_failed"] == 1

@@ -301,6 +301,32 @@ def test_without_a_usage_chunk_tokens_are_counted_by_tokenizing(fake_server):
     assert (final.finish_reason, final.num_output_tokens, final.num_prompt_tokens) == ("stop", 5, 1)
 
 
+def test_token_counts_say_where_they_came_from(fake_server, served, tmp_path):
+    """Without a usage chunk and without a tokenizer the counts are UTF-8 bytes: the final
+    event says so, so the run can warn instead of passing bytes off as tokens."""
+    *_, final = run_one(fake_server, "no-usage")[0]
+    assert final.token_count_source == "bytes"
+
+    from tokenizers import Tokenizer
+    from tokenizers.models import WordLevel
+    from tokenizers.pre_tokenizers import Whitespace
+
+    tok = Tokenizer(WordLevel({"[UNK]": 0, "ab": 1}, unk_token="[UNK]"))
+    tok.pre_tokenizer = Whitespace()
+    tok.save(str(tmp_path / "tokenizer.json"))
+    *_, final = run_one(fake_server, "no-usage", tokenizer=str(tmp_path))[0]
+    assert final.token_count_source == "tokenizer"
+
+    running, _, _ = served
+    engine = OpenAIEngine(model="tiny", base_url=running.base_url, prompt_format="token_ids")
+    try:
+        [events] = collect(engine, [Request(id="u", max_tokens=3, prompt_token_ids=[5, 6])])
+    finally:
+        engine.stop()
+    assert events[-1].token_count_source == "server usage"
+    assert events[-1].num_output_tokens == 3
+
+
 @pytest.mark.parametrize(
     ("behaviour", "error"),
     [

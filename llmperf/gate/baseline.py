@@ -12,7 +12,7 @@
       }
     }
 
-`direction` is written for the reader; the gate takes it from its own table.
+`direction` is written for the reader; the gate takes it from the metric catalog.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from llmperf.gate.errors import GateError
-from llmperf.gate.metrics import MetricSpec, Tolerance
+from llmperf.gate.metric_spec import MetricSpec, Tolerance
 from llmperf.gate.runs import Job
 from llmperf.measure.run_files import is_number
 

@@ -17,7 +17,7 @@ from llmperf.gate.baseline import (
 )
 from llmperf.gate.compare import judge
 from llmperf.gate.errors import GateError
-from llmperf.gate.metrics import DEFAULT_TOLERANCE, MetricSpec, Tolerance, parse_metric_arg
+from llmperf.gate.metric_spec import DEFAULT_TOLERANCE, MetricSpec, Tolerance, parse_metric_arg
 from llmperf.gate.render import baseline_table, console_table, markdown
 from llmperf.gate.runs import Job, evaluate, load_jobs, validity_notes
 

@@ -6,8 +6,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from llmperf.gate.errors import GateError
-from llmperf.gate.metrics import HIGHER, MetricSpec, Tolerance
+from llmperf.gate.metric_spec import MetricSpec, Tolerance
 from llmperf.gate.stats import Change, median_change
+from llmperf.measure.catalog import HIGHER
 
 PASS = "pass"
 WITHIN_NOISE = "pass (within noise)"

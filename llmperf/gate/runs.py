@@ -8,18 +8,24 @@ not read: a sweep cut short has none, and the job folders hold everything.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from llmperf.gate.errors import GateError
-from llmperf.gate.metrics import STEP_METRICS, MetricSpec, Selector
-from llmperf.measure.run_files import UnreadableFile, is_number, lookup, read_json
+from llmperf.gate.metric_spec import MetricSpec, Selector
+from llmperf.measure.catalog import metric
+from llmperf.measure.run_files import (
+    MalformedSummary,
+    UnreadableFile,
+    UnsupportedSummary,
+    is_number,
+    lookup,
+    read_jsonl,
+    read_overrides,
+    read_summary,
+)
 
-SCHEMA_VERSION = 1
 _MISSING = object()
 
 
@@ -63,31 +69,24 @@ def load_jobs(path: Path) -> list[Job]:
 def load_job(path: Path) -> Job:
     """One run folder's job; GateError if its summary.json or overrides cannot be read."""
     try:
-        summary = read_json(path / "summary.json")
+        summary = read_summary(path)
+        overrides = read_overrides(path)
+    except UnsupportedSummary as e:
+        raise GateError(f"{path / 'summary.json'}: {e.wording('this gate')}") from None
+    except MalformedSummary as e:
+        raise GateError(f"{path / 'summary.json'}: {e}") from None
     except UnreadableFile as e:
         raise GateError(str(e)) from None
-    version = summary.get("schema_version") if isinstance(summary, dict) else None
-    if version != SCHEMA_VERSION:
-        raise GateError(f"{path / 'summary.json'}: schema_version {version!r},"
-                        f" this gate reads {SCHEMA_VERSION}")
-    return Job(path, summary, _read_overrides(path))
+    if overrides is None and "=" in path.name:  # Hydra's override_dirname
+        overrides = path.name.split(",")
+    return Job(path, summary.to_dict(), _parse_overrides(overrides or []))
 
 
-def _read_overrides(path: Path) -> dict[str, str]:
+def _parse_overrides(items: list[str]) -> dict[str, str]:
     """key -> value of the job's Hydra overrides (`+key=v` and `++key=v` count as `key=v`)."""
-    file = path / ".hydra" / "overrides.yaml"
-    if file.is_file():
-        try:
-            items = yaml.safe_load(file.read_text(encoding="utf-8")) or []
-        except yaml.YAMLError:
-            raise GateError(f"{file}: not valid YAML") from None
-    elif "=" in path.name:
-        items = path.name.split(",")
-    else:
-        items = []
     overrides = {}
     for item in items:
-        key, eq, value = str(item).partition("=")
+        key, eq, value = item.partition("=")
         if eq and not key.startswith("~"):
             overrides[key.lstrip("+")] = value
     return overrides
@@ -96,17 +95,9 @@ def _read_overrides(path: Path) -> dict[str, str]:
 def _read_steps(path: Path) -> list[dict]:
     if not path.is_file():
         raise GateError(f"steps metrics need {path}, which is missing")
-    steps = []
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            record = None
-        if not isinstance(record, dict):
-            raise GateError(f"{path}:{n}: not a JSON object")
-        steps.append(record)
+    steps, bad = read_jsonl(path)
+    if bad:
+        raise GateError(f"{path}:{bad[0]}: not a JSON object")
     if not steps:
         raise GateError(f"{path} holds no steps")
     return steps
@@ -141,10 +132,11 @@ def select_job(jobs: list[Job], selector: Selector | None, spec: MetricSpec, whe
 
 def job_value(job: Job, base: str) -> float:
     """The figure `base` of one job."""
-    if base in STEP_METRICS:
+    figure = metric(base)
+    if figure.source == "steps.jsonl":
         steps = job.steps()
         try:
-            return STEP_METRICS[base][1](steps)
+            return figure.compute()(steps)
         except KeyError as e:
             raise GateError(f"{job.path / 'steps.jsonl'}: a step lacks {e.args[0]!r}") from None
     node = lookup(job.summary, base, default=_MISSING)

@@ -14,7 +14,8 @@ clock, and fails the request rather than skewing its figures. The first SIGINT
 stops sending, aborts the requests in flight (recorded with error "interrupted") and
 returns what was measured; `LoadResult.interrupted` says so. An open-loop run given a
 `SaturationDetector` stops the same way once the engine's queue grows without bound
-(error "saturated"); `LoadResult.saturation` says when and at what rate.
+(error "saturated"); `LoadResult.saturation` says when and at what rate. A request whose
+stream ends without a token fails with error "empty output".
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from engines.base import Engine, Request, SamplingParams, TokenEvent
-from llmperf.measure.records import RequestRecord
+from llmperf.measure.records import EMPTY_OUTPUT, RequestRecord
 from llmperf.measure.saturation import Saturation, SaturationDetector
 from llmperf.measure.sessions import run_sessions
 from llmperf.workload.sessions import Session
@@ -307,6 +308,8 @@ class LoadGenerator:
                         record.error = event.error
                         record.input_tokens = event.num_prompt_tokens or record.input_tokens
                         record.output_tokens = event.num_output_tokens or record.output_tokens
+                        if event.error is None:
+                            record.token_count_source = event.token_count_source or "engine"
                         break
             finally:
                 aclose = getattr(stream, "aclose", None)
@@ -338,6 +341,10 @@ class LoadGenerator:
         times = record.token_times_s
         record.first_token_s = times[0] if times else None
         record.end_s = times[-1] if times else last_event_s
+        # Every request asks for at least one token; a clean end without one gave the
+        # user nothing, and must not count toward throughput or goodput.
+        if record.error is None and record.output_tokens == 0:
+            record.error = EMPTY_OUTPUT
         self.on_record(record)
 
     # -- clock --------------------------------------------------------------------------

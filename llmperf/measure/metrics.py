@@ -20,16 +20,17 @@ throughputs and goodput divide by its length.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
 
+from engines.base import TOKEN_COUNT_SOURCES
+from llmperf.measure.catalog import STAT_KEYS
 from llmperf.measure.prefix_reuse import expected_hit_rate
 from llmperf.measure.records import RequestRecord
 from llmperf.workload.scenario import SloConfig
-
-STAT_KEYS = ("mean", "median", "p90", "p95", "p99", "std", "min", "max")
 
 
 def distribution(values: Sequence[float]) -> dict[str, float | None]:
@@ -103,6 +104,26 @@ def session_metrics(records: Iterable[RequestRecord], block_tokens: int) -> dict
     return out
 
 
+def token_count_sources(completed: Iterable[RequestRecord]) -> dict[str, int]:
+    """How many completed requests had their tokens counted each way, best source first."""
+    counts = Counter(r.token_count_source for r in completed if r.token_count_source)
+    return {source: counts[source] for source in TOKEN_COUNT_SOURCES if counts[source]}
+
+
+def least_exact(sources: dict[str, int]) -> str | None:
+    """The source that bounds the counts' exactness: the worst one any request used."""
+    return max(sources, key=TOKEN_COUNT_SOURCES.index, default=None)
+
+
+def token_count_warning(source: str | None, sources: dict[str, int]) -> str | None:
+    """One line to show wherever token figures are shown, when they are bytes, not tokens."""
+    if source != "bytes":
+        return None
+    return (f"token counts of {sources.get('bytes', '?')} requests are UTF-8 bytes, not the"
+            " model's tokens (no tokenizer, and no usage from the server): tokens/s and cost per"
+            " token are per byte; give engine.tokenizer=PATH to the model's tokenizer.json")
+
+
 def compute_metrics(records: Iterable[RequestRecord], slo: SloConfig) -> dict[str, Any]:
     """summary.json's figures from the records; warmup records are left out."""
     records = list(records)
@@ -119,6 +140,7 @@ def compute_metrics(records: Iterable[RequestRecord], slo: SloConfig) -> dict[st
     output_total = sum(r.output_tokens for r in completed)
     reasoning_total = sum(r.reasoning_tokens for r in completed)
     num_good = sum(meets_slo(r, slo) for r in completed)
+    sources = token_count_sources(completed)
 
     def per_second(count: float) -> float | None:
         return count / duration_s if duration_s > 0 else None
@@ -139,6 +161,8 @@ def compute_metrics(records: Iterable[RequestRecord], slo: SloConfig) -> dict[st
         "output_tokens_total": output_total,
         "reasoning_tokens_total": reasoning_total,
         "answer_tokens_total": output_total - reasoning_total,
+        "token_count_source": least_exact(sources),
+        "token_count_sources": sources,
         "ttft_s": distribution([t for r in completed if (t := ttft_s(r)) is not None]),
         "ttft_answer_s": distribution(
             [t for r in completed if (t := ttft_answer_s(r)) is not None]

@@ -10,6 +10,8 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import IO, Any
 
+EMPTY_OUTPUT = "empty output"  # the error of a request that ended without a token
+
 
 @dataclass
 class RequestRecord:
@@ -35,6 +37,7 @@ class RequestRecord:
     first_answer_token_s: float | None = None  # first token that is not reasoning
     prompt_token_ids: list[int] | None = None  # with scenario.record_tokens only
     output_token_ids: list[int] | None = None
+    token_count_source: str | None = None  # engines.base.TOKEN_COUNT_SOURCES; None: failed
 
     @property
     def ok(self) -> bool:
@@ -46,7 +49,7 @@ class RequestRecord:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> RequestRecord:
         known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in d.items() if k in known})
+        return cls(**{"first_token_s": None, **{k: v for k, v in d.items() if k in known}})
 
 
 class RecordWriter:

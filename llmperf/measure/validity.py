@@ -24,6 +24,11 @@ class Check:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Check:
+        return cls(str(d.get("check")), bool(d.get("ok")), str(d.get("detail") or ""),
+                   bool(d.get("blocking", True)))
+
 
 def warmup_done(summary: dict[str, Any], criteria: ValidityConfig) -> Check:
     n, done = summary["num_warmup"], summary["num_warmup_completed"]

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 from matplotlib.figure import Figure
 
+from llmperf.measure.catalog import HIGHER, NEITHER, Metric, metric
 from llmperf.measure.run_files import is_number, lookup
 from llmperf.report import figures
 from llmperf.report import records as rec
@@ -27,30 +28,21 @@ from llmperf.report.plotting import (
 )
 from llmperf.report.render import write_page
 from llmperf.report.run import REPORT_FILE, banners, run_heading
-from llmperf.report.units import MISSING, format_value, milliseconds, significant
-
-# (summary path, row title, higher is better; None: not ranked)
-ROWS = (
-    ("output_throughput_tps", "output throughput", True),
-    ("request_throughput_rps", "request throughput", True),
-    ("goodput_rps", "goodput", True),
-    ("slo_attainment", "SLO attainment", True),
-    ("ttft_s.median", "TTFT p50", False),
-    ("ttft_s.p99", "TTFT p99", False),
-    ("tpot_s.median", "TPOT p50", False),
-    ("tpot_s.p99", "TPOT p99", False),
-    ("itl_s.p99", "ITL p99", False),
-    ("e2e_s.median", "E2E p50", False),
-    ("e2e_s.p99", "E2E p99", False),
-    ("mbu_decode", "MBU decode", True),
-    ("mfu_prefill", "MFU prefill", True),
-    ("roofline_fraction", "share of roofline", True),
-    ("usd_per_1m_tokens", "USD per 1M tokens", False),
-    ("energy_per_output_token_j", "energy per output token", False),
-    ("num_completed", "requests completed", None),
-    ("num_failed", "requests failed", None),
-    ("duration_s", "measured duration", None),
+from llmperf.report.units import (
+    MISSING,
+    SHOWN_SCALES,
+    chart_title,
+    format_value,
+    milliseconds,
+    significant,
 )
+
+# The figures compared, in order; titles, units and which way is better come from the catalog.
+COMPARED = ("output_throughput_tps", "request_throughput_rps", "goodput_rps", "slo_attainment",
+            "ttft_s.median", "ttft_s.p99", "tpot_s.median", "tpot_s.p99", "itl_s.p99",
+            "e2e_s.median", "e2e_s.p99", "mbu_decode", "mfu_prefill", "roofline_fraction",
+            "usd_per_1m_tokens", "energy_per_output_token_j", "num_completed", "num_failed",
+            "duration_s")
 
 
 def labels(runs: list[RunFolder]) -> list[str]:
@@ -61,10 +53,10 @@ def labels(runs: list[RunFolder]) -> list[str]:
     return names
 
 
-def _cell(key: str, value: Any) -> str:
-    if key.split(".")[0] in ("ttft_s", "tpot_s", "itl_s", "e2e_s"):
+def _cell(m: Metric, value: Any) -> str:
+    if m.group == "latency":
         return f"{milliseconds(value)} ms" if value is not None else MISSING
-    return format_value(key, value)
+    return format_value(m.name, value)
 
 
 def _trusted(run: RunFolder) -> bool:
@@ -75,16 +67,16 @@ def figure_rows(runs: list[RunFolder]) -> list[dict[str, Any]]:
     """A row per figure any run has; the best among valid, complete runs marked, where
     they differ."""
     out = []
-    for key, title, higher in ROWS:
-        values = [lookup(r.summary, key) for r in runs]
+    for m in map(metric, COMPARED):
+        values = [lookup(r.summary, m.name) for r in runs]
         if not any(is_number(v) for v in values):
             continue
         ranked = [v for v, r in zip(values, runs, strict=True) if is_number(v) and _trusted(r)]
         best = None
-        if higher is not None and len(set(ranked)) > 1:
-            best = max(ranked) if higher else min(ranked)
-        out.append({"title": title, "cells": [
-            {"text": _cell(key, v), "best": best is not None and v == best and _trusted(r)}
+        if m.direction != NEITHER and len(set(ranked)) > 1:
+            best = max(ranked) if m.direction == HIGHER else min(ranked)
+        out.append({"title": chart_title(m), "cells": [
+            {"text": _cell(m, v), "best": best is not None and v == best and _trusted(r)}
             for v, r in zip(values, runs, strict=True)]})
     return out
 
@@ -116,14 +108,13 @@ def overlaid_cdfs(runs: list[RunFolder], names: list[str]) -> Figure:
 
 
 def headline_bars(runs: list[RunFolder], names: list[str]) -> Figure:
-    panels = (("output_throughput_tps", "output throughput", "output (tok/s)", 1.0),
-              ("ttft_s.p99", "TTFT p99", "TTFT p99 (ms)", 1e3),
-              ("tpot_s.p99", "TPOT p99", "TPOT p99 (ms)", 1e3))
+    panels = [metric(name) for name in ("output_throughput_tps", "ttft_s.p99", "tpot_s.p99")]
     fig, axes = new_figure("Headline figures per run", 1, 3, height_in=3.2)
     positions = np.arange(len(runs))
-    for ax, (key, title, ylabel, scale) in zip(axes, panels, strict=True):
-        titled(ax, title, "", ylabel)
-        values = [(lookup(r.summary, key) or 0) * scale for r in runs]
+    for ax, m in zip(axes, panels, strict=True):
+        titled(ax, m.label, "", chart_title(m))
+        scale = SHOWN_SCALES.get(m.unit, 1.0)
+        values = [(lookup(r.summary, m.name) or 0) * scale for r in runs]
         bars = ax.bar(positions, values, color=[color(i) for i in range(len(runs))])
         ax.bar_label(bars, labels=[significant(v) for v in values], fontsize=8, padding=2)
         ax.set_xticks(positions, [str(i + 1) for i in positions])

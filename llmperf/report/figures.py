@@ -8,24 +8,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from llmperf.measure.metrics import STAT_KEYS
+from llmperf.measure.catalog import STAT_KEYS, in_group
 from llmperf.measure.run_files import lookup, number
 from llmperf.report.units import MISSING, duration, format_value, milliseconds
 
-LATENCIES = (("ttft_s", "TTFT", "time to first token, from intended arrival"),
-             ("tpot_s", "TPOT", "time per output token after the first"),
-             ("itl_s", "ITL", "gap between token events"),
-             ("e2e_s", "E2E", "intended arrival to last token"),
-             ("queue_s", "queue", "intended arrival to admission by the engine"),
-             ("dispatch_lag_s", "dispatch lag", "intended arrival to hand-off to the engine"))
-THROUGHPUT_KEYS = ("request_throughput_rps", "output_throughput_tps", "total_throughput_tps",
-                   "goodput_rps", "slo_attainment", "num_requests", "num_completed",
-                   "num_failed", "num_warmup", "duration_s", "input_tokens_total",
-                   "output_tokens_total")
-ROOFLINE_PREFIXES = ("mbu_", "mfu_", "roofline_", "achieved_")
-COST_KEYS = ("run_cost_usd", "usd_per_1m_tokens", "usd_per_1m_input_tokens",
-             "usd_per_1m_output_tokens", "cost_split", "cost_input_share", "energy_j",
-             "energy_per_output_token_j")
+# The tables after the latency table: (title, catalog groups, other summary keys shown there
+# by prefix: the labels that say how the figures were made, telemetry columns' peaks).
+SECTIONS = (("Throughput and counts", ("throughput", "counts"), ("token_count_source",)),
+            ("Roofline", ("roofline",), ("roofline_",)),
+            ("Prediction", ("prediction",), ()),
+            (COST_SECTION := "Cost and energy", ("cost",), ("cost_split",)),
+            ("Telemetry", ("telemetry",), ("telemetry_", "throttle")))
 
 
 @dataclass
@@ -88,38 +81,36 @@ def slo_text(summary: dict[str, Any]) -> str:
 def latency_rows(summary: dict[str, Any]) -> list[dict[str, Any]]:
     """One row per latency: its name, meaning and each statistic in ms."""
     rows = []
-    for key, name, meaning in LATENCIES:
-        stats = summary.get(key)
+    for m in in_group("latency"):
+        stats = summary.get(m.name)
         if not isinstance(stats, dict) or all(stats.get(s) is None for s in STAT_KEYS):
             continue
-        rows.append({"name": name, "meaning": meaning,
+        rows.append({"name": m.label, "meaning": m.definition.replace("**", ""),
                      "values": [milliseconds(stats.get(s)) for s in STAT_KEYS]})
     return rows
 
 
-def rows(summary: dict[str, Any], keys: tuple[str, ...]) -> list[Row]:
-    return [Row(k, format_value(k, summary[k])) for k in keys if k in summary]
-
-
-def prefixed_rows(summary: dict[str, Any], prefixes: tuple[str, ...]) -> list[Row]:
-    return [Row(k, format_value(k, v)) for k, v in summary.items()
-            if k.startswith(prefixes) and not isinstance(v, dict)]
+def section_rows(summary: dict[str, Any], groups: tuple[str, ...],
+                 prefixes: tuple[str, ...]) -> list[Row]:
+    """The catalog's figures of `groups` that the summary holds, in catalog order, then its
+    other keys that start with one of `prefixes`."""
+    keys = [m.name for m in in_group(*groups) if m.name in summary]
+    keys += [k for k, v in summary.items() if k.startswith(prefixes) and k not in keys
+             and not isinstance(v, dict)]
+    return [Row(k, format_value(k, summary[k])) for k in keys]
 
 
 def sections(summary: dict[str, Any]) -> list[tuple[str, list[Row]]]:
     """The tables after the latency table, those with at least one row."""
-    found = [("Throughput and counts", rows(summary, THROUGHPUT_KEYS)),
-             ("Roofline", prefixed_rows(summary, ROOFLINE_PREFIXES)),
-             ("Cost and energy", cost_rows(summary)),
-             ("Telemetry", prefixed_rows(summary, ("telemetry_", "throttle_"))
-              + rows(summary, ("throttled",)))]
-    return [(title, table) for title, table in found if table]
+    found = [(title, section_rows(summary, groups, prefixes))
+             for title, groups, prefixes in SECTIONS]
+    return [(title, with_window(summary, table) if title == COST_SECTION else table)
+            for title, table in found if table]
 
 
-def cost_rows(summary: dict[str, Any]) -> list[Row]:
-    """The cost and energy keys, after the one window both cover."""
-    table = rows(summary, COST_KEYS)
-    return [Row("window", window_text(summary)), *table] if table else []
+def with_window(summary: dict[str, Any], table: list[Row]) -> list[Row]:
+    """The cost and energy rows, after the one window both cover."""
+    return [Row("window", window_text(summary)), *table]
 
 
 def window_text(summary: dict[str, Any]) -> str:

@@ -9,7 +9,6 @@ A last line cut in half by a killed process is skipped, and counted.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,7 +17,16 @@ from typing import Any
 import pandas as pd
 import yaml
 
-from llmperf.measure.run_files import UnreadableFile, is_number, read_json
+from llmperf.measure import run_files
+from llmperf.measure.run_files import (
+    MalformedSummary,
+    UnreadableFile,
+    UnsupportedSummary,
+    is_number,
+    read_json,
+    read_jsonl,
+    read_summary,
+)
 from llmperf.report.errors import ReportError
 from llmperf.report.records import summary_from_records
 from llmperf.serverside.scraper import Row, read_csv
@@ -110,31 +118,30 @@ def _read_server_metrics(path: Path, notes: list[str]) -> list[Row] | None:
 
 
 def _read_summary(path: Path, notes: list[str]) -> dict[str, Any] | None:
+    """The summary's figures as summary.json holds them; None (with a note) where the file is
+    missing or corrupt, so the figures come from requests.jsonl. Another schema version is
+    refused: its figures may not mean what this report says they mean."""
     if not path.is_file():
         notes.append("summary.json is missing (the run did not finish):"
                      " figures computed from requests.jsonl")
         return None
     try:
-        summary = read_json(path)
+        return read_summary(path.parent).to_dict()
+    except UnsupportedSummary as e:
+        raise ReportError(f"{path}: {e.wording('this llmperf-report')}") from None
+    except MalformedSummary as e:
+        notes.append(f"{path}: {e}: figures computed from requests.jsonl")
     except UnreadableFile as e:
         notes.append(f"{e}: figures computed from requests.jsonl")
-        return None
-    if not isinstance(summary, dict):
-        notes.append(f"{path}: not a JSON object: figures computed from requests.jsonl")
-        return None
-    return summary
+    return None
 
 
 def read_overrides(path: Path) -> list[str]:
     """The job's Hydra overrides as typed (`engine.batching=static`), if it was a Hydra job."""
-    file = path / ".hydra" / "overrides.yaml"
-    if not file.is_file():
-        return []
     try:
-        items = yaml.safe_load(file.read_text(encoding="utf-8")) or []
-    except yaml.YAMLError:
-        raise ReportError(f"{file}: not valid YAML") from None
-    return [str(item) for item in items] if isinstance(items, list) else []
+        return run_files.read_overrides(path) or []
+    except UnreadableFile as e:
+        raise ReportError(str(e)) from None
 
 
 def _is_request(row: dict[str, Any]) -> bool:
@@ -149,22 +156,13 @@ def _read_jsonl(path: Path, notes: list[str],
     """The file's JSON objects; a line that is not one, or that `keep` rejects, is counted."""
     if not path.is_file():
         return []
-    rows, bad = [], 0
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            row = None
-        if isinstance(row, dict) and keep(row):
-            rows.append(row)
-        else:
-            bad += 1
+    rows, bad_lines = read_jsonl(path)
+    kept = [row for row in rows if keep(row)]
+    bad = len(bad_lines) + len(rows) - len(kept)
     if bad:
         notes.append(f"{path.name}: skipped {bad} unreadable line{'s' * (bad > 1)}"
                      " (a write cut short?)")
-    return rows
+    return kept
 
 
 def _read_telemetry(path: Path, notes: list[str]) -> pd.DataFrame | None:

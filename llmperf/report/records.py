@@ -2,9 +2,8 @@
 short before it wrote summary.json).
 
 Records are the plain dicts of requests.jsonl; times are seconds from the run's start.
-The definitions are the harness's (vLLM `bench serve`, latencies from intended arrival):
-TTFT = first token - arrival, E2E = last token - arrival, TPOT = (E2E - TTFT) /
-(output tokens - 1) for outputs of 2 tokens or more, ITL = gaps between token events.
+Each figure of a record is the harness's own (llmperf/measure/metrics.py), applied to the
+record read back as a RequestRecord, so a plot and the summary cannot disagree.
 """
 
 from __future__ import annotations
@@ -15,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from llmperf.measure import metrics
 from llmperf.measure.metrics import compute_metrics
 from llmperf.measure.records import RequestRecord
 from llmperf.workload.scenario import SloConfig
@@ -23,7 +23,7 @@ NICE_BIN_WIDTHS_S = (0.1, 0.2, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 15.0, 30.0, 60.0,
 
 
 def is_ok(record: dict[str, Any]) -> bool:
-    return record.get("error") is None and record.get("finish_reason") not in ("error", "abort")
+    return RequestRecord.from_dict(record).ok
 
 
 def measured(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -36,20 +36,15 @@ def completed(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def ttft_s(record: dict[str, Any]) -> float | None:
-    first = record.get("first_token_s")
-    return None if first is None else first - record["arrival_s"]
+    return metrics.ttft_s(RequestRecord.from_dict(record))
 
 
 def e2e_s(record: dict[str, Any]) -> float:
-    return record["end_s"] - record["arrival_s"]
+    return metrics.e2e_s(RequestRecord.from_dict(record))
 
 
 def tpot_s(record: dict[str, Any]) -> float | None:
-    ttft = ttft_s(record)
-    n = record.get("output_tokens", 0)
-    if ttft is None or n < 2:
-        return None
-    return (e2e_s(record) - ttft) / (n - 1)
+    return metrics.tpot_s(RequestRecord.from_dict(record))
 
 
 def itl_s(records: Iterable[dict[str, Any]]) -> list[float]:

@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from llmperf.measure.metrics import STAT_KEYS
+from llmperf.measure.catalog import STAT_KEYS
+from llmperf.measure.metrics import token_count_warning
 from llmperf.report import figures
 from llmperf.report.client_server import client_server_plots, split_rows
 from llmperf.report.folder import RUN_FILES, RunFolder, load_run_folder
@@ -39,6 +40,12 @@ def banners(run: RunFolder) -> list[Banner]:
     if summary.get("saturated"):
         out.append(Banner("partial", f"SATURATED: stopped early at "
                           f"{summary['saturated_at_rps']:.3g} req/s", [summary["saturation_detail"]]))
+    sources = summary.get("token_count_sources")
+    warning = token_count_warning(summary.get("token_count_source"),
+                                  sources if isinstance(sources, dict) else {})
+    if warning:
+        out.append(Banner("partial", "TOKENS ARE BYTES: token figures count UTF-8 bytes",
+                          [warning]))
     failed = figures.failed_checks(summary)
     if summary.get("valid") is False:
         out.append(Banner("bad", "NOT VALID: do not trust these figures",

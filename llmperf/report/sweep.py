@@ -12,13 +12,15 @@ from typing import Any
 
 import pandas as pd
 
+from llmperf.measure.catalog import HIGHER, NEITHER, Metric, metric
+from llmperf.report import units
 from llmperf.report.plotting import Plot, clear_plots, render
 from llmperf.report.render import write_page
 from llmperf.report.run import REPORT_FILE
 from llmperf.report.sweep_plots import SWEEP_PLOTS
 from llmperf.report.sweep_table import (
     FIGURES,
-    PREDICTION_COLUMNS,
+    FLAGS,
     SWEEP_CSV,
     Sweep,
     job_label,
@@ -29,33 +31,24 @@ from llmperf.report.sweep_table import (
     short_key,
     write_sweep_csv,
 )
-from llmperf.report.units import MISSING, is_fraction, milliseconds, significant
 
 __all__ = ["FIGURES", "SWEEP_CSV", "Sweep", "build_sweep_report", "load_sweep", "open_sweep",
            "pareto_front", "pivots", "write_sweep_csv"]
 
-HIGHER_IS_BETTER = ("throughput", "goodput", "slo_attainment", "mbu_", "mfu_", "roofline_")
-
 # -- the page ------------------------------------------------------------------------------
 
-# (column, header with its unit): the job table shows bare numbers under these headers.
-JOB_COLUMNS = (("valid", "valid"), ("output_throughput_tps", "output tok/s"),
-               ("goodput_rps", "goodput req/s"),
-               ("slo_attainment", "SLO met %"), ("ttft_p50_s", "TTFT p50 ms"),
-               ("ttft_p99_s", "TTFT p99 ms"), ("tpot_p50_s", "TPOT p50 ms"),
-               ("tpot_p99_s", "TPOT p99 ms"), ("e2e_p99_s", "E2E p99 ms"),
-               ("mbu_decode", "MBU decode %"), ("usd_per_1m_tokens", "$ per 1M tok"),
-               ("predicted_ttft_s", "TTFT predicted ms"), ("prediction_error_ttft", "TTFT error %"),
-               ("measured_decode_step_s", "decode step ms"),
-               ("predicted_decode_step_s", "step predicted ms"),
-               ("prediction_error_decode_step", "step error %"))
-PIVOTS = (("output_throughput_tps", "Output throughput (tok/s)"),
-          ("goodput_rps", "Goodput (req/s)"),
-          ("ttft_p99_s", "TTFT p99 (ms)"), ("tpot_p99_s", "TPOT p99 (ms)"))
+# The job table's columns (beside `valid`) and the side-by-side tables' figures; headers
+# with units come from the catalog.
+JOB_COLUMNS = ("output_throughput_tps", "goodput_rps", "slo_attainment", "ttft_p50_s",
+               "ttft_p99_s", "tpot_p50_s", "tpot_p99_s", "e2e_p99_s", "mbu_decode",
+               "usd_per_1m_tokens", "predicted_ttft_s", "prediction_error_ttft",
+               "measured_decode_step_s", "predicted_decode_step_s",
+               "prediction_error_decode_step")
+PIVOTS = ("output_throughput_tps", "goodput_rps", "ttft_p99_s", "tpot_p99_s")
 
 
-def higher_is_better(column: str) -> bool:
-    return any(h in column for h in HIGHER_IS_BETTER)
+def column_metric(column: str) -> Metric:
+    return metric(FIGURES[column])
 
 
 def flag(value: Any) -> bool | None:
@@ -67,33 +60,31 @@ def flag(value: Any) -> bool | None:
 
 def bare(column: str, value: Any) -> str:
     """A figure without its unit, in the unit its column header names (ms, %)."""
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return MISSING
-    if column == "valid":
-        return "yes" if value else "no"
-    if column.endswith("_s"):
-        return milliseconds(value)
-    if is_fraction(column):
-        return significant(value * 100)
-    return significant(value)
+    if column in FLAGS:
+        known = flag(value)
+        return units.MISSING if known is None else ("yes" if known else "no")
+    return units.bare(column_metric(column), value)
 
 
 def _best(values: list[Any], column: str) -> float | None:
     """The best of the values, or None when there is nothing to choose between."""
     known = pd.to_numeric(pd.Series(values, dtype=object), errors="coerce").dropna()
-    if known.nunique() < 2 or column == "valid" or column in PREDICTION_COLUMNS:
+    direction = NEITHER if column in FLAGS else column_metric(column).direction
+    if known.nunique() < 2 or direction == NEITHER:
         return None
-    return known.max() if higher_is_better(column) else known.min()
+    return known.max() if direction == HIGHER else known.min()
 
 
 def _cell(column: str, value: Any, best: float | None) -> dict[str, Any]:
     text = bare(column, value)
-    return {"text": text, "best": best is not None and text != MISSING and value == best}
+    return {"text": text, "best": best is not None and text != units.MISSING and value == best}
 
 
 def job_columns(sweep: Sweep) -> list[tuple[str, str]]:
-    """JOB_COLUMNS that some job has a figure for."""
-    return [(c, title) for c, title in JOB_COLUMNS if sweep.table[c].notna().any()]
+    """`valid` and the JOB_COLUMNS that some job has a figure for, with their headers."""
+    titles = [("valid", "valid")] + [(c, units.column_title(column_metric(c)))
+                                     for c in JOB_COLUMNS]
+    return [(c, title) for c, title in titles if sweep.table[c].notna().any()]
 
 
 def job_rows(sweep: Sweep) -> list[dict[str, Any]]:
@@ -119,7 +110,8 @@ def pivots(sweep: Sweep) -> list[dict[str, Any]]:
     xs_of_jobs = numeric(sweep.table[sweep.x_key]).tolist()
     xs = sorted(set(xs_of_jobs))
     out = []
-    for column, title in PIVOTS:
+    for column in PIVOTS:
+        title = units.chart_title(column_metric(column))
         if sweep.table[column].isna().all():
             continue
         grid: dict[str, dict[float, Any]] = {}

@@ -9,8 +9,10 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
+from llmperf.measure.catalog import metric
 from llmperf.report.plotting import MUTED, NoData, color, legend, new_figure, titled
 from llmperf.report.sweep_table import (
+    FIGURES,
     FRONTIERS,
     Sweep,
     job_label,
@@ -18,12 +20,18 @@ from llmperf.report.sweep_table import (
     pareto_front,
     short_key,
 )
+from llmperf.report.units import SHOWN_SCALES, chart_title
 
 # Units of common sweep keys, by the end of the key's last part.
 KEY_UNITS = (("_rps", "req/s"), ("_tps", "tok/s"), ("_ms", "ms"), ("_s", "s"),
              ("concurrency", "requests in flight"), ("_tokens", "tokens"),
              ("batch_size", "sequences"), ("num_seqs", "sequences"))
 FRONTIER_COLOR = "#111827"
+
+
+def axis_label(name: str) -> str:
+    """A figure's axis label with the unit its values are drawn in: 'TTFT p99 (ms)'."""
+    return chart_title(metric(name))
 
 
 def key_label(key: str) -> str:
@@ -67,25 +75,25 @@ def load_curves(sweep: Sweep) -> Figure:
     x_label = key_label(sweep.x_key)
     fig, (tput, good, ttft, tpot) = new_figure(
         f"Throughput, goodput and latency against {short_key(sweep.x_key)}", 2, 2, height_in=3.3)
-    titled(tput, "output throughput", x_label, "output (tok/s)")
+    titled(tput, "output throughput", x_label, axis_label("output_throughput_tps"))
     _against_x(tput, sweep, "output_throughput_tps", 1.0, {"": "-"})
-    titled(good, "goodput: requests/s meeting every SLO", x_label, "goodput (req/s)")
+    titled(good, "goodput: requests/s meeting every SLO", x_label, axis_label("goodput_rps"))
     _against_x(good, sweep, "goodput_rps", 1.0, {"": "-"})
     if short_key(sweep.x_key).endswith("_rps"):
         xs = numeric(sweep.table[sweep.x_key])
         line = np.array([xs.min(), xs.max()])
         good.plot(line, line, color=MUTED, ls=":", label="offered rate (every request good)")
-    titled(ttft, "TTFT p50 and p99", x_label, "TTFT (ms)")
-    _against_x(ttft, sweep, "ttft_{}_s", 1e3, {"p50": ":", "p99": "-"})
-    titled(tpot, "TPOT p50 and p99", x_label, "TPOT (ms)")
-    _against_x(tpot, sweep, "tpot_{}_s", 1e3, {"p50": ":", "p99": "-"})
+    titled(ttft, "TTFT p50 and p99", x_label, axis_label("ttft_s"))
+    _against_x(ttft, sweep, "ttft_{}_s", SHOWN_SCALES["s"], {"p50": ":", "p99": "-"})
+    titled(tpot, "TPOT p50 and p99", x_label, axis_label("tpot_s"))
+    _against_x(tpot, sweep, "tpot_{}_s", SHOWN_SCALES["s"], {"p50": ":", "p99": "-"})
     for ax in (tput, good, ttft, tpot):
         legend(ax, loc="best")
     return fig
 
 
 def _frontier_panel(ax: Axes, sweep: Sweep, latency: str, title: str) -> None:
-    titled(ax, title, "output throughput (tok/s)", f"{title.split()[0]} (ms)")
+    titled(ax, title, axis_label("output_throughput_tps"), axis_label(FIGURES[latency]))
     for i, (group, part) in enumerate(_groups(sweep)):
         # Jobs lacking either figure (no TPOT when every request made one token) are not drawn.
         part = part.dropna(subset=["output_throughput_tps", latency])
@@ -140,7 +148,7 @@ def cost(sweep: Sweep) -> Figure:
     palette = {g: color(i) for i, g in enumerate(dict.fromkeys(groups))}
     fig, (ax,) = new_figure("Cost per 1M tokens per configuration",
                             height_in=1.6 + 0.35 * len(table))
-    titled(ax, "shorter is cheaper", "USD per 1M tokens ($)", "")
+    titled(ax, "shorter is cheaper", axis_label("usd_per_1m_tokens"), "")
     y = np.arange(len(table))[::-1]
     kinds: list[Patch] = []
     for output in (False, True):

@@ -18,51 +18,38 @@ import pandas as pd
 
 from llmperf.gate.errors import GateError
 from llmperf.gate.runs import Job, load_job
+from llmperf.measure.catalog import STAT_LABELS
 from llmperf.measure.run_files import is_number, lookup
 from llmperf.report.errors import ReportError
 from llmperf.report.folder import is_sweep_folder
 
 SWEEP_CSV = "sweep.csv"
-# sweep.csv's figure columns: column name -> where in summary.json.
-FIGURES = {
-    "valid": "valid",
-    "interrupted": "interrupted",
-    "num_requests": "num_requests",
-    "num_completed": "num_completed",
-    "num_failed": "num_failed",
-    "duration_s": "duration_s",
-    "request_throughput_rps": "request_throughput_rps",
-    "output_throughput_tps": "output_throughput_tps",
-    "total_throughput_tps": "total_throughput_tps",
-    "goodput_rps": "goodput_rps",
-    "slo_attainment": "slo_attainment",
-    "ttft_p50_s": "ttft_s.median",
-    "ttft_p99_s": "ttft_s.p99",
-    "tpot_p50_s": "tpot_s.median",
-    "tpot_p99_s": "tpot_s.p99",
-    "itl_p50_s": "itl_s.median",
-    "itl_p99_s": "itl_s.p99",
-    "e2e_p50_s": "e2e_s.median",
-    "e2e_p99_s": "e2e_s.p99",
-    "mbu_decode": "mbu_decode",
-    "mfu_prefill": "mfu_prefill",
-    "roofline_fraction": "roofline_fraction",
-    "usd_per_1m_tokens": "usd_per_1m_tokens",
-    "usd_per_1m_output_tokens": "usd_per_1m_output_tokens",
-    "energy_per_output_token_j": "energy_per_output_token_j",
-    # the roofline's prediction beside the measurement (llmperf/perf/prediction.py)
-    "ttft_median_s": "ttft_s.median",
-    "predicted_ttft_s": "predicted_ttft_s",
-    "prediction_error_ttft": "prediction_error_ttft",
-    "measured_decode_step_s": "measured_decode_step_s",
-    "predicted_decode_step_s": "predicted_decode_step_s",
-    "prediction_error_decode_step": "prediction_error_decode_step",
-    "prediction_error_tpot": "prediction_error_tpot",
-}
 FLAGS = ("valid", "interrupted")  # yes/no columns; every other figure is a number
-PREDICTION_COLUMNS = ("ttft_median_s", "predicted_ttft_s", "prediction_error_ttft",
-                      "measured_decode_step_s", "predicted_decode_step_s",
-                      "prediction_error_decode_step", "prediction_error_tpot")
+# sweep.csv's figures, catalog names in column order; a statistic's column is named
+# `ttft_p99_s`. The prediction columns repeat the median TTFT beside its prediction.
+SWEEP_FIGURES = (
+    "num_requests", "num_completed", "num_failed", "duration_s", "request_throughput_rps",
+    "output_throughput_tps", "total_throughput_tps", "goodput_rps", "slo_attainment",
+    "ttft_s.median", "ttft_s.p99", "tpot_s.median", "tpot_s.p99", "itl_s.median", "itl_s.p99",
+    "e2e_s.median", "e2e_s.p99", "mbu_decode", "mfu_prefill", "roofline_fraction",
+    "usd_per_1m_tokens", "usd_per_1m_output_tokens", "energy_per_output_token_j",
+    # the roofline's prediction beside the measurement (llmperf/perf/prediction.py)
+    ("ttft_median_s", "ttft_s.median"), "predicted_ttft_s", "prediction_error_ttft",
+    "measured_decode_step_s", "predicted_decode_step_s", "prediction_error_decode_step",
+    "prediction_error_tpot",
+)
+
+
+def csv_column(name: str) -> str:
+    """The sweep.csv column of a catalog name: `ttft_s.median` -> `ttft_p50_s`."""
+    key, dot, stat = name.partition(".")
+    return f"{key.removesuffix('_s')}_{STAT_LABELS.get(stat, stat)}_s" if dot else name
+
+
+# sweep.csv's columns: column name -> catalog name (where in summary.json).
+FIGURES = {**{f: f for f in FLAGS},
+           **dict(item if isinstance(item, tuple) else (csv_column(item), item)
+                  for item in SWEEP_FIGURES)}
 # Pareto frontiers of output throughput (higher is better) against a p99 latency.
 FRONTIERS = {"pareto_ttft_p99": "ttft_p99_s", "pareto_tpot_p99": "tpot_p99_s"}
 X_HINTS = ("rate", "concurrency", "rps")

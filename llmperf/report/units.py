@@ -1,7 +1,9 @@
 """Numbers as a reader wants them: a unit, a sensible scale and three significant figures.
 
-The unit comes from the key's name (`_s`, `_bytes`, `_tps`, `_pct`, ...), the project's
-convention, so a key added to summary.json later is formatted without a change here.
+A figure of the metric catalog is shown in the catalog's unit. Any other key (a telemetry
+column's peak, a probed ceiling) takes its unit from its name (`_s`, `_bytes`, `_pct`, ...),
+the project's convention, so a key added to summary.json later is formatted without a change
+here.
 """
 
 from __future__ import annotations
@@ -9,12 +11,14 @@ from __future__ import annotations
 import math
 from typing import Any
 
-MISSING = "–"
+from llmperf.measure.catalog import COUNT_UNITS, Metric, find
 
-# Shares in [0, 1] shown as percentages; matched on the start of the key.
-FRACTION_PREFIXES = ("mbu_", "mfu_", "roofline_fraction", "roofline_step_fraction",
-                     "slo_attainment", "cost_input_share", "telemetry_throttled_fraction",
-                     "prediction_error_")
+MISSING = "–"
+# How a column header or an axis names a catalog unit where the cells hold bare numbers:
+# seconds are shown in ms, fractions in %, counts with no unit at all.
+SHOWN_UNITS = {"s": "ms", "fraction": "%", "USD": "$", "USD/1M tok": "$/1M tok",
+               **dict.fromkeys(COUNT_UNITS, "")}
+SHOWN_SCALES = {"s": 1e3, "fraction": 100.0}
 
 
 def significant(value: float, digits: int = 3) -> str:
@@ -60,8 +64,43 @@ def percent(fraction: float) -> str:
     return f"{significant(fraction * 100)} %"
 
 
-def is_fraction(key: str) -> bool:
-    return key.startswith(FRACTION_PREFIXES)
+def shown_unit(m: Metric) -> str:
+    """The unit a header names for a column of `bare` numbers of this metric."""
+    return SHOWN_UNITS.get(m.unit, m.unit)
+
+
+def bare(m: Metric, value: float | None) -> str:
+    """A figure without its unit, in the unit `shown_unit` names (ms, %)."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return MISSING
+    return significant(value * SHOWN_SCALES.get(m.unit, 1.0))
+
+
+def column_title(m: Metric) -> str:
+    """'TTFT p99 ms', 'output throughput tok/s': a table header over bare numbers."""
+    return f"{m.label} {shown_unit(m)}".rstrip()
+
+
+def chart_title(m: Metric) -> str:
+    """'TTFT p99 (ms)': a panel's or a table's title."""
+    unit = shown_unit(m)
+    title = m.label[0].upper() + m.label[1:]
+    return f"{title} ({unit})" if unit else title
+
+
+def in_unit(m: Metric, value: float) -> str:
+    """A number of the metric with its catalog unit."""
+    if m.unit == "fraction":
+        return percent(value)
+    if m.unit in ("USD", "USD/1M tok"):
+        return f"${significant(value)}"
+    if m.unit in ("B/s", "FLOP/s"):
+        return rate(value, m.unit.removesuffix("/s"))
+    if m.unit == "s":
+        return duration(value)
+    if m.unit in COUNT_UNITS:
+        return f"{value:,}" if isinstance(value, int) else significant(value)
+    return f"{significant(value)} {m.unit}"
 
 
 def format_value(key: str, value: Any) -> str:
@@ -74,8 +113,9 @@ def format_value(key: str, value: Any) -> str:
         return ", ".join(str(v) for v in value) or MISSING
     if not isinstance(value, (int, float)):
         return str(value)
-    if is_fraction(key):
-        return percent(value)
+    m = find(key)
+    if m is not None:
+        return in_unit(m, value)
     if key.startswith("usd_") or key.endswith("_usd"):
         return f"${significant(value)}"
     if key.endswith("_bytes_per_s"):

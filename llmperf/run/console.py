@@ -10,6 +10,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from llmperf.measure.catalog import LATENCIES
+from llmperf.measure.metrics import token_count_warning
 from llmperf.measure.records import RequestRecord
 
 
@@ -71,7 +73,7 @@ def print_summary(summary: dict[str, Any], run_dir: Path, console: Console) -> N
     figures.add_column("latency (ms)")
     for key in ("mean", "median", "p90", "p99", "max"):
         figures.add_column(key, justify="right")
-    for name in ("ttft_s", "tpot_s", "itl_s", "e2e_s", "queue_s", "dispatch_lag_s"):
+    for name in LATENCIES:
         figures.add_row(
             name.removesuffix("_s"),
             *(_ms(summary[name], k) for k in ("mean", "median", "p90", "p99", "max")),
@@ -84,6 +86,10 @@ def print_summary(summary: dict[str, Any], run_dir: Path, console: Console) -> N
         f"goodput {_num(summary['goodput_rps'])} req/s "
         f"(SLO met by {_num(summary['slo_attainment'], '.0%')})"
     )
+    warning = token_count_warning(summary.get("token_count_source"),
+                                  summary.get("token_count_sources") or {})
+    if warning:
+        console.print(f"[yellow]warning:[/yellow] {warning}", highlight=False)
     verdict = "[green]valid[/green]" if summary["valid"] else "[red]not valid[/red]"
     failed = [c for c in summary["validity"] if not c["ok"]]
     failed_checks = "; ".join(c["detail"] for c in failed if c.get("blocking", True))

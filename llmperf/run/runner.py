@@ -55,6 +55,7 @@ from llmperf.measure.metrics import (
 )
 from llmperf.measure.records import RecordWriter, RequestRecord
 from llmperf.measure.saturation import SaturationDetector
+from llmperf.measure.summary import Summary
 from llmperf.measure.validity import check_validity
 from llmperf.perf.cost import cost_summary
 from llmperf.perf.footprint import device_of, footprint
@@ -69,8 +70,6 @@ from llmperf.serverside.window import window_summary
 from llmperf.telemetry import Collector, SamplerUnavailable
 from llmperf.workload.requests import Workload, longest_shared_prefix
 
-SCHEMA_VERSION = 1
-
 
 @dataclass
 class Run:
@@ -82,6 +81,7 @@ class Run:
     workload: Workload | None = None
     records: list[RequestRecord] = field(default_factory=list)
     load: LoadResult | None = None
+    # summary.json's content as the stages add to it; checked as a Summary when written
     summary: dict[str, Any] = field(default_factory=dict)
     profile: HardwareProfile | None = None
     collector: Collector | None = None
@@ -269,23 +269,22 @@ def measured_steps(run: Run) -> list[StepStat]:
 
 def summarize(run: Run) -> None:
     cfg = run.config
-    run.summary = {
-        "schema_version": SCHEMA_VERSION,
-        "engine": {**run.engine.info(), "name": cfg.engine.name, "config": asdict(cfg.engine)},
-        "scenario": asdict(cfg.scenario),
-        "model": asdict(cfg.model),
-        "hardware": run.profile.to_dict() if run.profile else cfg.hardware,
-        "valid": False,
-        "validity": [],
-        "interrupted": run.load.interrupted,
-        **saturation_summary(run.load),
-        **compute_metrics(run.records, cfg.scenario.slo),
-        **session_metrics(run.records, cfg.scenario.prefix.block_tokens),
-        "event_loop_lag_s": distribution(run.load.loop_lag_s),
-        "origin_unix_s": run.load.origin_unix_s,
-        "origin_perf_counter_s": run.load.origin_perf_counter_s,
-        "measure_start_s": run.load.measure_start_s,
-    }
+    run.summary = Summary(
+        engine={**run.engine.info(), "name": cfg.engine.name, "config": asdict(cfg.engine)},
+        scenario=asdict(cfg.scenario),
+        model=asdict(cfg.model),
+        hardware=run.profile.to_dict() if run.profile else cfg.hardware,
+        interrupted=run.load.interrupted,
+        figures={
+            **saturation_summary(run.load),
+            **compute_metrics(run.records, cfg.scenario.slo),
+            **session_metrics(run.records, cfg.scenario.prefix.block_tokens),
+            "event_loop_lag_s": distribution(run.load.loop_lag_s),
+        },
+        origin_unix_s=run.load.origin_unix_s,
+        origin_perf_counter_s=run.load.origin_perf_counter_s,
+        measure_start_s=run.load.measure_start_s,
+    ).to_dict()
 
 
 def saturation_summary(load: LoadResult) -> dict[str, Any]:
@@ -424,6 +423,7 @@ def judge_validity(run: Run) -> None:
 
 
 def write_summary(run: Run) -> None:
+    run.summary = Summary.from_dict(run.summary).to_dict()
     _write_json(run.run_dir / "summary.json", run.summary)
     print_summary(run.summary, run.run_dir, run.console)
 

@@ -1,14 +1,8 @@
 import pytest
 
 from llmperf.gate.errors import GateError
-from llmperf.gate.metrics import (
-    HIGHER,
-    LOWER,
-    MetricSpec,
-    Tolerance,
-    direction_of,
-    parse_metric_arg,
-)
+from llmperf.gate.metric_spec import MetricSpec, Tolerance, direction_of, parse_metric_arg
+from llmperf.measure.catalog import HIGHER, LOWER
 
 
 @pytest.mark.parametrize("name, direction", [

@@ -1,11 +1,13 @@
-"""What the gate can measure: metric names, their directions, the `@job/job` syntax, tolerances.
+"""The gate's metric specs and tolerances: which figure, from which job(s), how far it may move.
 
 A metric is written
 
     BASE[@SELECTOR[/SELECTOR]]
 
-- BASE is a summary.json key (`output_throughput_tps`), a latency statistic addressed with a
-  dot (`ttft_s.p99`) or a figure derived from steps.jsonl (`steps.padded_fraction`).
+- BASE is a figure of the metric catalog (llmperf/measure/catalog.py) with a better
+  direction: a summary.json key (`output_throughput_tps`), a latency statistic addressed with
+  a dot (`ttft_s.p99`) or a figure derived from steps.jsonl (`steps.padded_fraction`). Its
+  direction comes from the catalog.
 - `@SELECTOR` picks one job of a sweep: comma-separated `key=value` pairs that the job's
   Hydra overrides (or, failing that, its summary's engine/scenario/model/hardware objects)
   must all match: `output_throughput_tps@engine.batching=continuous`.
@@ -18,92 +20,61 @@ from __future__ import annotations
 
 import difflib
 import re
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from llmperf.gate.errors import GateError
-from llmperf.measure.metrics import STAT_KEYS
-
-HIGHER = "higher"
-LOWER = "lower"
-
-LATENCY_KEYS = ("ttft_s", "tpot_s", "itl_s", "e2e_s", "queue_s", "dispatch_lag_s")
-
-SUMMARY_DIRECTIONS: dict[str, str] = {
-    "request_throughput_rps": HIGHER,
-    "output_throughput_tps": HIGHER,
-    "total_throughput_tps": HIGHER,
-    "goodput_rps": HIGHER,
-    "slo_attainment": HIGHER,
-    "num_completed": HIGHER,
-    "mbu_decode": HIGHER,
-    "mfu_prefill": HIGHER,
-    "roofline_fraction": HIGHER,
-    "num_failed": LOWER,
-    "duration_s": LOWER,
-    "usd_per_1m_tokens": LOWER,
-}
+from llmperf.measure.catalog import (
+    DISTRIBUTIONS,
+    HIGHER,
+    LATENCIES,
+    METRICS,
+    NEITHER,
+    STAT_KEYS,
+    Metric,
+    find,
+)
 
 
-def _tokens(step: dict) -> int:
-    return step["num_prefill_tokens"] + step["num_decode_tokens"]
+def gateable(m: Metric) -> bool:
+    """A figure with a better way: the gate can tell a regression from an improvement."""
+    return m.direction != NEITHER
 
 
-def _steps_count(steps: list[dict]) -> float:
-    return float(len(steps))
-
-
-def _tokens_per_step(steps: list[dict]) -> float:
-    return sum(_tokens(s) for s in steps) / len(steps)
-
-
-def _seqs_per_step(steps: list[dict]) -> float:
-    return sum(s["num_seqs"] for s in steps) / len(steps)
-
-
-def _padded_fraction(steps: list[dict]) -> float:
-    """Padded slots over all slots computed: the share of compute static batching wastes."""
-    padded = sum(s.get("padded_tokens", 0) for s in steps)
-    computed = padded + sum(_tokens(s) for s in steps)
-    return padded / computed if computed else 0.0
-
-
-def _preemptions(steps: list[dict]) -> float:
-    return float(sum(s.get("preemptions", 0) for s in steps))
-
-
-# Figures from steps.jsonl: counts of work, not times, so a busy machine does not move them.
-STEP_METRICS: dict[str, tuple[str, Callable[[list[dict]], float]]] = {
-    "steps.count": (LOWER, _steps_count),
-    "steps.tokens_per_step": (HIGHER, _tokens_per_step),
-    "steps.seqs_per_step": (HIGHER, _seqs_per_step),
-    "steps.padded_fraction": (LOWER, _padded_fraction),
-    "steps.preemptions": (LOWER, _preemptions),
-}
+def catalog_metric(base: str) -> Metric:
+    """The catalog's metric for a base name the gate can judge; GateError naming the valid ones."""
+    m = find(base)
+    if m is None or m.distribution:
+        raise GateError(f"unknown metric {base!r}{_did_you_mean(base)}; valid: {valid_names()}")
+    if not gateable(m):
+        raise GateError(f"metric {base!r} ({m.label}) has no better direction, so no regression"
+                        f" to gate; valid: {valid_names()}")
+    return m
 
 
 def direction_of(base: str) -> str:
     """HIGHER or LOWER (is better) for a base metric name; GateError naming the valid ones."""
-    if base in SUMMARY_DIRECTIONS:
-        return SUMMARY_DIRECTIONS[base]
-    if base in STEP_METRICS:
-        return STEP_METRICS[base][0]
-    key, _, stat = base.partition(".")
-    if key in LATENCY_KEYS and stat in STAT_KEYS:
-        return LOWER
-    raise GateError(f"unknown metric {base!r}{_did_you_mean(base)}; valid: {valid_names()}")
+    return catalog_metric(base).direction
+
+
+def _scalars() -> list[str]:
+    return [m.name for m in METRICS.values()
+            if gateable(m) and not m.distribution and m.source == "summary.json"]
+
+
+def _steps() -> list[str]:
+    return [m.name for m in METRICS.values() if gateable(m) and m.source == "steps.jsonl"]
 
 
 def valid_names() -> str:
-    latencies = f"{{{','.join(LATENCY_KEYS)}}}.{{{','.join(STAT_KEYS)}}}"
-    steps = ", ".join(STEP_METRICS)
-    return (f"{', '.join(SUMMARY_DIRECTIONS)}, {latencies}, {steps}"
+    stats = f"{{{','.join(STAT_KEYS)}}}"
+    others = [d for d in DISTRIBUTIONS if d not in LATENCIES]
+    latencies = f"{{{','.join(LATENCIES)}}}.{stats}, {{{','.join(others)}}}.{stats}"
+    return (f"{', '.join(_scalars())}, {latencies}, {', '.join(_steps())}"
             " (add @key=value to pick a sweep job, @A/B for a ratio of two jobs)")
 
 
 def _did_you_mean(base: str) -> str:
-    names = [*SUMMARY_DIRECTIONS, *STEP_METRICS,
-             *(f"{k}.{s}" for k in LATENCY_KEYS for s in STAT_KEYS)]
+    names = [*_scalars(), *_steps(), *(f"{k}.{s}" for k in DISTRIBUTIONS for s in STAT_KEYS)]
     close = difflib.get_close_matches(base, names, n=1)
     return f" (did you mean {close[0]!r}?)" if close else ""
 
@@ -128,7 +99,7 @@ class MetricSpec:
     """A parsed metric name: which figure, from which job(s), and which way is better."""
 
     name: str  # as written, the key in the baseline file
-    base: str
+    base: str  # the catalog's name of the figure
     direction: str
     job: Selector | None = None
     over_job: Selector | None = None  # set for a ratio job / over_job
@@ -146,6 +117,11 @@ class MetricSpec:
         job = parse_selector(job_text, name)
         over_job = parse_selector(over_text, name) if slash else None
         return cls(name, base, direction, job, over_job)
+
+    @property
+    def unit(self) -> str:
+        """The figure's unit from the catalog; a ratio of two jobs has none ("ratio")."""
+        return "ratio" if self.over_job is not None else catalog_metric(self.base).unit
 
 
 _TOLERANCE = re.compile(r"^([+-])?(\d+(?:\.\d*)?|\.\d+)(%)?$")

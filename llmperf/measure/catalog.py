@@ -1,0 +1,344 @@
+"""The metric catalog: every figure a run reports, declared once.
+
+A `Metric` is a figure's name (its key in summary.json, or `steps.*` for the counts of
+steps.jsonl), the label tables show, its unit, which way is better, the definition the docs
+print, and the function that computes it (or the group computation it comes out of). The
+gate takes directions from here, the run report, the comparison page and the sweep page take
+labels, units and directions, and the docs' metric tables are generated from it
+(`python -m llmperf.report.metric_docs`).
+
+`computed_by` names the function by its file ("llmperf/perf/cost.py:cost_summary") rather
+than holding it: the figures come from every layer (the load's records, the roofline, the cost
+model, telemetry, the run's stages) while the catalog sits in the measurement layer and is
+read by the gate, which must not import them (and torch with them). `Metric.compute()`
+imports the function on demand (the gate does, for the steps.jsonl figures beside the catalog);
+a test resolves every one.
+
+Latency figures are distributions: `ttft_s` is an object of statistics, and `ttft_s.p99`
+names one of them; `metric("ttft_s.p99")` answers for it.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
+from functools import cache
+
+HIGHER = "higher"
+LOWER = "lower"
+NEITHER = "neither"  # a count, a setting, a prediction: no way is better
+DIRECTIONS = (HIGHER, LOWER, NEITHER)
+
+# Units, as tables print them. Counts are bare numbers; "fraction" (0..1) is shown as %.
+UNITS = ("s", "tok/s", "req/s", "fraction", "USD", "USD/1M tok", "J", "B/s", "FLOP/s",
+         "requests", "tokens", "sequences", "steps", "preemptions", "samples", "sessions")
+COUNT_UNITS = ("requests", "tokens", "sequences", "steps", "preemptions", "samples",
+               "sessions")
+
+STAT_KEYS = ("mean", "median", "p90", "p95", "p99", "std", "min", "max")
+STAT_LABELS = {"median": "p50"}  # how a statistic reads after a figure's label
+PHASES = ("prefill", "decode", "mixed")  # the roofline's step phases (llmperf/perf/roofline.py)
+MEASURED_SUFFIX = "_measured"  # the same figure against the probe's measured peak
+
+# What the figures come out of (file:function).
+REQUEST_FIGURES = "llmperf/measure/metrics.py:compute_metrics"
+ROOFLINE = "llmperf/perf/roofline.py:roofline_summary"
+PREDICTION = "llmperf/perf/prediction.py:prediction_summary"
+COST = "llmperf/perf/cost.py:cost_summary"
+TELEMETRY = "llmperf/telemetry/summary.py:summarize"
+SESSIONS = "llmperf/measure/metrics.py:session_metrics"
+PREFIX_HITS = "llmperf/run/runner.py:add_prefix_cache_figures"
+COLLECTOR = "llmperf/telemetry/collector.py:Collector.summarize"
+
+
+@dataclass(frozen=True)
+class Metric:
+    name: str  # summary.json key; `steps.*` for a figure of steps.jsonl
+    label: str  # a table's row or column title
+    unit: str  # one of UNITS
+    direction: str  # one of DIRECTIONS
+    definition: str  # what the docs say it is
+    computed_by: str  # "llmperf/path/module.py:function" (or ":Class.method")
+    group: str  # the docs table and report section it belongs to
+    distribution: bool = False  # an object of STAT_KEYS rather than one number
+    family: str = ""  # metrics of one family share a docs row (the phases of MBU)
+
+    def __post_init__(self) -> None:
+        if self.unit not in UNITS:
+            raise ValueError(f"{self.name}: unit {self.unit!r}; valid: {', '.join(UNITS)}")
+        if self.direction not in DIRECTIONS:
+            raise ValueError(f"{self.name}: direction {self.direction!r}")
+
+    @property
+    def source(self) -> str:
+        return "steps.jsonl" if self.group == "steps" else "summary.json"
+
+    def statistic(self, stat: str) -> Metric:
+        """One statistic of a distribution: `ttft_s` -> `ttft_s.p99`, labelled 'TTFT p99'."""
+        return replace(self, name=f"{self.name}.{stat}", distribution=False,
+                       label=f"{self.label} {STAT_LABELS.get(stat, stat)}")
+
+    def compute(self) -> Callable:
+        """The function that computes the figure (imported on demand)."""
+        return _resolve(self.computed_by)
+
+
+def _m(name: str, label: str, unit: str, direction: str, definition: str, computed_by: str,
+       group: str, **kw) -> Metric:
+    return Metric(name, label, unit, direction, definition, computed_by, group, **kw)
+
+
+def _phases(prefix: str, label: str, unit: str, direction: str, definition: str,
+            suffix: str = "") -> list[Metric]:
+    return [_m(f"{prefix}{phase}{suffix}", f"{label} {phase}", unit, direction, definition,
+               ROOFLINE, "roofline", family=f"{prefix}{{phase}}{suffix}") for phase in PHASES]
+
+
+def _declare() -> list[Metric]:
+    lat, thr, cnt = "latency", "throughput", "counts"
+    metrics = [
+        _m("ttft_s", "TTFT", "s", LOWER, "first token received − **intended** arrival. A late"
+           " dispatcher or a queue in the engine shows up here, not hidden", REQUEST_FIGURES,
+           lat, distribution=True),
+        _m("tpot_s", "TPOT", "s", LOWER, "per request, (E2E − TTFT) / (output_tokens − 1), only"
+           " for requests with more than one output token", REQUEST_FIGURES, lat,
+           distribution=True),
+        _m("itl_s", "ITL", "s", LOWER, "gaps between consecutive token arrivals (chunk arrivals,"
+           " for engines that stream chunks), pooled over all requests: **per chunk**, which is"
+           " what vLLM's `bench serve` reports as ITL", REQUEST_FIGURES, lat,
+           distribution=True),
+        _m("e2e_s", "E2E", "s", LOWER, "last token received − intended arrival",
+           REQUEST_FIGURES, lat, distribution=True),
+        _m("queue_s", "queue", "s", LOWER, "engine admission − intended arrival: how long the"
+           " request waited before the engine first scheduled it (including dispatch lag). Only"
+           " for engines that put `scheduled_s` on a request's first event (the reference and"
+           " synthetic engines); null otherwise", REQUEST_FIGURES, lat, distribution=True),
+        _m("dispatch_lag_s", "dispatch lag", "s", LOWER, "handed to the engine − intended"
+           " arrival: the load generator's own delay. Near 0 in a healthy run (under 2 ms at"
+           " 200 req/s); a large value means the client, not the engine, was the bottleneck",
+           REQUEST_FIGURES, lat, distribution=True),
+        _m("itl_per_token_s", "ITL per token", "s", LOWER, "each ITL gap divided by the"
+           " number of tokens in the chunk it ends, counted once per token: a chunk of n tokens"
+           " (speculative decoding, a server's stream interval) reads as n tokens, not one slow"
+           " one. Equal to `itl_s` when every chunk holds one token", REQUEST_FIGURES,
+           "latency_detail", distribution=True),
+        _m("ttft_answer_s", "TTFT (answer)", "s", LOWER, "first **answer** token received −"
+           " intended arrival; TTFT counts a token of any kind, so with a reasoning model the"
+           " two differ by the thinking time", REQUEST_FIGURES, "latency_detail",
+           distribution=True),
+        _m("event_loop_lag_s", "event-loop lag", "s", LOWER, "how late the load generator's"
+           " event loop wakes a 10 ms sleeper, probed throughout the measured phase: a busy"
+           " client delays sends and stamps receipts late alike",
+           "llmperf/run/runner.py:summarize", "latency_detail", distribution=True),
+        _m("output_throughput_tps", "output throughput", "tok/s", HIGHER,
+           "output tokens of completed requests / `duration_s`", REQUEST_FIGURES, thr),
+        _m("total_throughput_tps", "total throughput", "tok/s", HIGHER,
+           "(input + output tokens of completed requests) / `duration_s`", REQUEST_FIGURES, thr),
+        _m("request_throughput_rps", "request throughput", "req/s", HIGHER,
+           "completed requests / `duration_s`", REQUEST_FIGURES, thr),
+        _m("goodput_rps", "goodput", "req/s", HIGHER, "completed requests that meet every SLO"
+           " target set (TTFT, TPOT, E2E) / `duration_s`", REQUEST_FIGURES, thr),
+        _m("slo_attainment", "SLO attainment", "fraction", HIGHER, "requests that meet every"
+           " SLO target / measured requests (failed requests count as misses)",
+           REQUEST_FIGURES, thr),
+        _m("duration_s", "measured duration", "s", LOWER, "the measured window: first measured"
+           " intended arrival to last measured end (warmup excluded)", REQUEST_FIGURES, thr),
+        _m("window_start_s", "window start", "s", NEITHER, "the first measured request's"
+           " intended arrival, seconds from the start of the run", REQUEST_FIGURES, "window"),
+        _m("window_end_s", "window end", "s", NEITHER, "the last measured request's end",
+           REQUEST_FIGURES, "window"),
+        _m("num_requests", "requests measured", "requests", NEITHER,
+           "measured requests sent (warmup excluded)", REQUEST_FIGURES, cnt),
+        _m("num_completed", "requests completed", "requests", HIGHER, "measured requests that"
+           " ended with at least one output token and no error", REQUEST_FIGURES, cnt),
+        _m("num_failed", "requests failed", "requests", LOWER, "measured requests that failed:"
+           " an engine error, an abort, or no output token at all (`empty output`)",
+           REQUEST_FIGURES, cnt),
+        _m("num_slo_met", "requests meeting the SLO", "requests", HIGHER,
+           "completed requests that meet every SLO target set", REQUEST_FIGURES, cnt),
+        _m("num_warmup", "warmup requests", "requests", NEITHER,
+           "requests sent and awaited before the measured window", REQUEST_FIGURES, cnt),
+        _m("num_warmup_completed", "warmup requests completed", "requests", NEITHER,
+           "warmup requests that completed", REQUEST_FIGURES, cnt),
+        _m("input_tokens_total", "input tokens", "tokens", NEITHER,
+           "prompt tokens of completed requests", REQUEST_FIGURES, cnt),
+        _m("output_tokens_total", "output tokens", "tokens", NEITHER,
+           "output tokens of completed requests", REQUEST_FIGURES, cnt),
+        _m("reasoning_tokens_total", "reasoning tokens", "tokens", NEITHER, "output tokens of"
+           " completed requests streamed as reasoning content (`reasoning_content` or"
+           " `reasoning` chat deltas; the synthetic engine's `reasoning_tokens`)",
+           REQUEST_FIGURES, cnt),
+        _m("answer_tokens_total", "answer tokens", "tokens", NEITHER,
+           "output tokens of completed requests that are not reasoning", REQUEST_FIGURES, cnt),
+        _m("num_sessions", "sessions", "sessions", NEITHER, "multi-turn runs: sessions measured",
+           SESSIONS, "sessions"),
+        _m("prefix_cache_hit_rate_expected", "prefix-cache hit rate expected", "fraction",
+           NEITHER, "shared prefixes and sessions: prompt tokens a block-granular prefix cache"
+           " can serve (whole blocks of the prefix an earlier request sent) ÷ all prompt tokens",
+           SESSIONS, "sessions"),
+        _m("prefix_cache_hit_rate", "prefix-cache hit rate", "fraction", HIGHER, "prompt"
+           " tokens the engine's own counter served from its prefix cache ÷ all prompt tokens"
+           " (reference engine)", PREFIX_HITS, "sessions"),
+        _m("prefix_cache_hit_tokens", "prefix-cache hit tokens", "tokens", NEITHER,
+           "prompt tokens the engine served from its prefix cache in the measured window",
+           PREFIX_HITS, "sessions"),
+        _m("saturated_at_rps", "saturated at", "req/s", NEITHER, "the offered rate at which"
+           " the engine's queue grew without bound and the run stopped early (open loop with"
+           " `scenario.saturation.enabled`)", "llmperf/run/runner.py:saturation_summary", thr),
+    ]
+    peak = ("÷ peak memory bandwidth (the datasheet's; `_measured`: the probe's)")
+    metrics += _phases("mbu_", "MBU", "fraction", HIGHER, "bytes the phase's steps had to read"
+                       " (all weights once per step + the KV cache positions attended + new K/V"
+                       f" written) ÷ their total time {peak}")
+    metrics += _phases("mfu_", "MFU", "fraction", HIGHER, "model FLOPs of the phase's steps (2 ×"
+                       " matmul weights per token, the LM head once per sampled sequence, 4 ×"
+                       " layers × q_size per causal attention pair) ÷ their time ÷ peak FLOP/s of"
+                       " the compute dtype (the datasheet's; `_measured`: the probe's)")
+    metrics += [
+        _m("roofline_output_tps", "roofline output throughput", "tok/s", NEITHER, "output tokens"
+           " ÷ the sum of every measured step's roofline lower bound, max(bytes ÷ bandwidth,"
+           " FLOPs ÷ FLOP/s): the ceiling at the run's batch sizes and contexts",
+           ROOFLINE, "roofline"),
+        _m("roofline_fraction", "share of roofline", "fraction", HIGHER,
+           "`output_throughput_tps` ÷ `roofline_output_tps`", ROOFLINE, "roofline"),
+        _m("roofline_step_fraction", "share of roofline, busy steps", "fraction", HIGHER,
+           "the sum of the steps' lower bounds ÷ the sum of their times (idle time between"
+           " steps left out)", ROOFLINE, "roofline"),
+    ]
+    measured = [replace(m, name=m.name + MEASURED_SUFFIX, label=m.label + " (measured peak)",
+                        family=(m.family or m.name) + MEASURED_SUFFIX)
+                for m in metrics if m.group == "roofline"]
+    metrics += measured
+    metrics += [_m(f"achieved_bw_{phase}_bytes_per_s", f"achieved bandwidth {phase}", "B/s",
+                   HIGHER, "bytes the phase's steps had to read and write ÷ their total time",
+                   ROOFLINE, "roofline", family="achieved_bw_{phase}_bytes_per_s")
+                for phase in PHASES]
+    metrics += [_m(f"achieved_flops_{phase}_per_s", f"achieved FLOP/s {phase}", "FLOP/s",
+                   HIGHER, "model FLOPs of the phase's steps ÷ their total time", ROOFLINE,
+                   "roofline", family="achieved_flops_{phase}_per_s") for phase in PHASES]
+    pred = "prediction"
+    metrics += [
+        _m("predicted_ttft_s", "TTFT predicted", "s", NEITHER, "the roofline's TTFT for the"
+           " run's typical prefill step (its batch and prompt length) at the profile's"
+           " sustained ceilings", PREDICTION, pred),
+        _m("predicted_decode_step_s", "decode step predicted", "s", NEITHER, "the roofline's"
+           " time for the run's typical decode step (its batch and context)", PREDICTION, pred),
+        _m("measured_decode_step_s", "decode step measured", "s", NEITHER,
+           "median time of the measured decode steps", PREDICTION, pred),
+        _m("prediction_error_ttft", "TTFT prediction error", "fraction", NEITHER,
+           "`predicted_ttft_s` / median TTFT − 1", PREDICTION, pred),
+        _m("prediction_error_decode_step", "decode step prediction error", "fraction", NEITHER,
+           "`predicted_decode_step_s` / `measured_decode_step_s` − 1", PREDICTION, pred),
+        _m("prediction_error_tpot", "TPOT prediction error", "fraction", NEITHER,
+           "`predicted_decode_step_s` / median TPOT − 1", PREDICTION, pred),
+        _m("prediction_batch", "decode batch predicted for", "sequences", NEITHER,
+           "median sequences of the measured decode steps", PREDICTION, pred),
+        _m("prediction_prefill_batch", "prefill batch predicted for", "sequences", NEITHER,
+           "median sequences of the measured prefill steps", PREDICTION, pred),
+        _m("prediction_prompt_len", "prompt length predicted for", "tokens", NEITHER,
+           "median prompt tokens per sequence of the measured prefill steps", PREDICTION, pred),
+        _m("prediction_context_len", "context predicted for", "tokens", NEITHER,
+           "median context tokens per sequence of the measured decode steps", PREDICTION, pred),
+    ]
+    cost = "cost"
+    metrics += [
+        _m("usd_per_1m_tokens", "cost", "USD/1M tok", LOWER, "run cost"
+           " (`hardware.usd_per_hour` × `duration_s`, the measured window) ÷ all tokens × 10⁶", COST, cost),
+        _m("usd_per_1m_input_tokens", "input cost", "USD/1M tok", LOWER,
+           "the run cost's input share (the share of step time spent on prompt tokens, a mixed"
+           " step split by its token counts; when an engine reports no steps (HTTP), by"
+           " measured request time: Σ TTFT ÷ Σ E2E; `cost_split` says which) ÷ input tokens"
+           " × 10⁶", COST, cost),
+        _m("usd_per_1m_output_tokens", "output cost", "USD/1M tok", LOWER,
+           "the run cost's output share ÷ output tokens × 10⁶", COST, cost),
+        _m("run_cost_usd", "run cost", "USD", NEITHER,
+           "`hardware.usd_per_hour` × `duration_s` / 3600", COST, cost),
+        _m("cost_input_share", "cost share of input", "fraction", NEITHER,
+           "the share of the run cost charged to input tokens (`cost_split` says how)",
+           COST, cost),
+        _m("energy_j", "energy", "J", NEITHER, "NVML's total-energy counter (else integrated"
+           " power) over the same measured window as the cost, read at the window's edges; null"
+           " when nothing measures power", COST, cost),
+        _m("energy_per_output_token_j", "energy per output token", "J", LOWER,
+           "`energy_j` ÷ output tokens", COST, cost),
+        _m("telemetry_num_samples", "telemetry samples", "samples", NEITHER,
+           "telemetry samples in the measured window", TELEMETRY, "telemetry"),
+        _m("telemetry_interval_s", "telemetry interval", "s", NEITHER,
+           "the time between telemetry samples asked for (`telemetry.interval_s`)",
+           COLLECTOR, "telemetry"),
+        _m("telemetry_throttled_fraction", "share of samples throttled", "fraction", LOWER,
+           "telemetry samples with an NVML power, thermal or board clock limit ÷ samples",
+           TELEMETRY, "telemetry"),
+    ]
+    steps = "llmperf/measure/step_figures.py"
+    metrics += [
+        _m("steps.count", "engine steps", "steps", LOWER, "number of engine steps",
+           f"{steps}:steps_count", "steps"),
+        _m("steps.tokens_per_step", "tokens per step", "tokens", HIGHER,
+           "(prefill + decode tokens) / steps", f"{steps}:tokens_per_step", "steps"),
+        _m("steps.seqs_per_step", "sequences per step", "sequences", HIGHER,
+           "mean sequences per step", f"{steps}:seqs_per_step", "steps"),
+        _m("steps.padded_fraction", "padded share of slots", "fraction", LOWER,
+           "padded slots / (padded slots + real tokens): the compute static batching wastes",
+           f"{steps}:padded_fraction", "steps"),
+        _m("steps.preemptions", "preemptions", "preemptions", LOWER, "total preemptions",
+           f"{steps}:preemptions", "steps"),
+    ]
+    return metrics
+
+
+METRICS: dict[str, Metric] = {m.name: m for m in _declare()}
+DISTRIBUTIONS = tuple(m.name for m in METRICS.values() if m.distribution)
+LATENCIES = tuple(m.name for m in METRICS.values() if m.distribution and m.group == "latency")
+
+
+def find(name: str) -> Metric | None:
+    """The metric of a name (`output_throughput_tps`, `ttft_s.p99`, `steps.count`), or None."""
+    if name in METRICS:
+        return METRICS[name]
+    key, _, stat = name.rpartition(".")
+    parent = METRICS.get(key)
+    if parent is not None and parent.distribution and stat in STAT_KEYS:
+        return parent.statistic(stat)
+    return None
+
+
+class UnknownMetric(ValueError):
+    """A name the catalog does not hold; the message suggests the closest one."""
+
+
+def metric(name: str) -> Metric:
+    """The metric of a name; UnknownMetric naming the closest known name."""
+    found = find(name)
+    if found is None:
+        raise UnknownMetric(f"unknown metric {name!r}{did_you_mean(name)}")
+    return found
+
+
+def did_you_mean(name: str) -> str:
+    close = difflib.get_close_matches(name, list(scalar_names()), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def scalar_names() -> Iterator[str]:
+    """Every name that holds one number: the scalars and each statistic of a distribution."""
+    for m in METRICS.values():
+        if m.distribution:
+            yield from (f"{m.name}.{s}" for s in STAT_KEYS)
+        else:
+            yield m.name
+
+
+def in_group(*groups: str) -> list[Metric]:
+    return [m for m in METRICS.values() if m.group in groups]
+
+
+@cache
+def _resolve(path: str) -> Callable:
+    file, _, attribute = path.partition(":")
+    found = importlib.import_module(file.removesuffix(".py").replace("/", "."))
+    for name in attribute.split("."):  # a method: "Class.method"
+        found = getattr(found, name)
+    return found
