@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
+from engines.launch.options import LaunchOptions
 from engines.options import EngineConfig
 from llmperf.errors import ConfigError
 from llmperf.options import check_choice, check_positive, option
@@ -29,6 +30,7 @@ class OpenAIEngineConfig(EngineConfig):
     precision: str | None = option(None, "the server's weights: fp32, bf16, fp16, int8 or fp8; null: config.json's torch_dtype, else bf16")
     metrics_url: str | None = option(None, "Prometheus text scraped during the run; null: base_url without /v1, + /metrics; off: none")
     metrics_interval_s: float = option(1.0, "seconds between scrapes (one more at the start and end of the measured window)")
+    launch: LaunchOptions = option(help="a server llmperf starts and stops: engine.launch=vllm (docs/peers.md)", factory=LaunchOptions)
 
     def __post_init__(self) -> None:
         check_positive(self, "request_timeout_s", "connect_timeout_s", "max_connections", "metrics_interval_s")

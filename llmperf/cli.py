@@ -32,7 +32,7 @@ EXIT_INTERRUPTED = 130
 
 def main(argv: list[str] | None = None) -> None:
     """Entry point of the console script and of `python -m llmperf`."""
-    argv = sys.argv[1:] if argv is None else list(argv)
+    argv = expand_shorthands(sys.argv[1:] if argv is None else list(argv))
     register_configs()
     try:
         check_command_line(argv)
@@ -69,6 +69,23 @@ def _exit_with(err: UsageError) -> None:
 
 
 # -- checking the command line ------------------------------------------------------------
+
+# Open maps inside the schema: their keys are the user's (a server's options, its environment).
+OPEN_MAPS = ("engine.launch.args.", "engine.launch.env.")
+
+
+def expand_shorthands(argv: list[str]) -> list[str]:
+    """`engine.launch=vllm` -> `engine.launch.family=vllm`; `engine.launch.args.K=V` ->
+    `++engine.launch.args.K=V` (a key of an open map is added or replaced, no `+` needed)."""
+    out = []
+    for arg in argv:
+        if arg.startswith("engine.launch="):
+            arg = "engine.launch.family=" + arg.partition("=")[2]
+        elif arg.startswith(OPEN_MAPS):
+            arg = "++" + arg
+        out.append(arg)
+    return out
+
 
 
 def check_command_line(argv: list[str]) -> None:

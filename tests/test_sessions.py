@@ -85,7 +85,7 @@ def test_session_cap_keeps_sessions_from_overlapping(tmp_path):
         spans[r["session_id"]] = (min(start, r["arrival_s"]), max(end, r["end_s"]))
     ordered = sorted(spans.values())
     assert len(ordered) == 6
-    assert all(a_end <= b_start + 1e-6 for (_, a_end), (b_start, _) in zip(ordered, ordered[1:]))
+    assert all(a_end <= b_start + 1e-6 for (_, a_end), (b_start, _) in zip(ordered, ordered[1:], strict=False))
 
 
 def test_sharegpt_conversations_replay_all_their_turns(tmp_path):

@@ -16,11 +16,14 @@ returns what was measured; `LoadResult.interrupted` says so. An open-loop run gi
 `SaturationDetector` stops the same way once the engine's queue grows without bound
 (error "saturated"); `LoadResult.saturation` says when and at what rate. A request whose
 stream ends without a token fails with error "empty output".
+`stop_sending(reason)` (a launched server that died) stops sending but lets the requests
+in flight end on their own; `LoadResult.stopped` holds the reason.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import signal
 import time
@@ -47,6 +50,7 @@ class LoadResult:
     interrupted: bool
     saturation: Saturation | None = None  # set when the detector stopped the run
     loop_lag_s: list[float] = field(default_factory=list)  # event-loop lag probes, measured phase
+    stopped: str | None = None  # why sending stopped early (stop_sending), if it did
 
 
 class LoadGenerator:
@@ -79,6 +83,8 @@ class LoadGenerator:
         # stretch before a send is spent yielding to the loop instead, to cut dispatch lag.
         self.spin_s = spin_s
         self.interrupted = False
+        self.stopped: str | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
         # Engines that hold requests to form batches launch what waits when flushed.
         self._flush = engine.flush if engine.capabilities.flush else (lambda: None)
         self._origin_s = 0.0
@@ -99,7 +105,7 @@ class LoadGenerator:
         `duration_s` stops sending once the measured phase is that old; the requests in
         flight are still awaited.
         """
-        loop = asyncio.get_running_loop()
+        loop = self._loop = asyncio.get_running_loop()
         # A full collection walks every object the engine holds (tens of ms with torch
         # loaded); frozen objects are skipped, so collections during the load stay short.
         gc.collect()
@@ -114,7 +120,7 @@ class LoadGenerator:
         try:
             await self._phases
         except asyncio.CancelledError:
-            if not (self.interrupted or self.saturation):
+            if not (self.interrupted or self.saturation or self.stopped):
                 raise
         finally:
             gc.unfreeze()
@@ -132,12 +138,27 @@ class LoadGenerator:
             interrupted=self.interrupted,
             saturation=self.saturation,
             loop_lag_s=self._loop_lag_s,
+            stopped=self.stopped,
         )
 
     def interrupt(self) -> None:
         """Stop sending and abort what is in flight (safe to call more than once)."""
         self.interrupted = True
         self._stop()
+
+    def stop_sending(self, reason: str) -> None:
+        """Send nothing more; what is in flight ends on its own. Safe from any thread."""
+
+        def stop() -> None:
+            if self.stopped is None:
+                self.stopped = reason
+                if self._phases is not None:
+                    self._phases.cancel()
+
+        loop = self._loop
+        if loop is not None:
+            with contextlib.suppress(RuntimeError):  # the load already ended and closed its loop
+                loop.call_soon_threadsafe(stop)
 
     def _stop(self) -> None:
         if self._phases is not None:
@@ -161,7 +182,7 @@ class LoadGenerator:
             tasks = [self._spawn(r, now) for r in warmup]
             await asyncio.sleep(0)  # let them reach the engine
             self._flush()
-            await asyncio.gather(*tasks)
+            await asyncio.wait(tasks)  # not gather: stop_sending must not cancel them
         counts["measure_start_s"] = start_s = self._measure_start_s = self._now()
         self.on_measure_start()
         probe = asyncio.get_running_loop().create_task(self._probe_loop_lag())
@@ -212,7 +233,7 @@ class LoadGenerator:
             await asyncio.sleep(0)  # let it reach the engine before the next request is built
         self._flush()  # no more requests are coming
         while self._inflight:
-            await asyncio.gather(*self._inflight)
+            await asyncio.wait(set(self._inflight))
 
     async def _closed_loop(
         self,
@@ -234,7 +255,7 @@ class LoadGenerator:
                 await asyncio.sleep(0)
                 # Nothing more comes until a request in flight ends: a batch may launch now.
                 self._flush()
-                await task
+                await asyncio.wait([task])
 
         await asyncio.gather(*(user() for _ in range(concurrency)))
 

@@ -63,6 +63,8 @@ class Summary:
     valid: bool | None = False
     validity: list[Check] = field(default_factory=list)
     interrupted: bool = False
+    stopped: str | None = None  # why sending stopped early (a launched server that died)
+    server: dict[str, Any] | None = None  # the server llmperf launched: family, version, command
     figures: dict[str, Any] = field(default_factory=dict)
     origin_unix_s: float | None = None
     origin_perf_counter_s: float | None = None
@@ -74,7 +76,8 @@ class Summary:
                                "scenario": self.scenario, "model": self.model,
                                "hardware": self.hardware, "valid": self.valid,
                                "validity": [c.to_dict() for c in self.validity],
-                               "interrupted": self.interrupted, **self.figures}
+                               "interrupted": self.interrupted, "stopped": self.stopped,
+                               "server": self.server, **self.figures}
         out.update({k: getattr(self, k) for k in CLOCK if getattr(self, k) is not None})
         return out
 
@@ -92,7 +95,7 @@ class Summary:
         elif version != SCHEMA_VERSION:
             raise UnsupportedSummary(version)
         structural = {"schema_version", *_SETUP, "hardware", "valid", "validity",
-                      "interrupted", *CLOCK}
+                      "interrupted", "stopped", "server", *CLOCK}
         figures = {k: v for k, v in d.items() if k not in structural}
         for key, value in figures.items():
             _check_figure(key, value)
@@ -103,6 +106,8 @@ class Summary:
             validity=[Check.from_dict(c) for c in d.get("validity") or []
                       if isinstance(c, dict)],
             interrupted=bool(d.get("interrupted")),
+            stopped=d.get("stopped") if isinstance(d.get("stopped"), str) else None,
+            server=d.get("server") if isinstance(d.get("server"), dict) else None,
             figures=figures,
             **{k: d[k] if is_number(d.get(k)) else None for k in CLOCK},
             schema_version=version,

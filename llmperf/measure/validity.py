@@ -155,6 +155,16 @@ def prefix_cache_unexpected(summary: dict[str, Any], criteria: ValidityConfig) -
     return Check("prefix_cache_expected", ok, detail, blocking=False)
 
 
+def server_alive(summary: dict[str, Any], criteria: ValidityConfig) -> Check:
+    """A server llmperf launched that died mid-run failed the requests it had left."""
+    server = summary.get("server")
+    if not server:
+        return Check("server_alive", True, "no server launched")
+    if server.get("died_during_run"):
+        return Check("server_alive", False, summary.get("stopped") or "the server exited during the run")
+    return Check("server_alive", True, f"{server['family']} ran to the end")
+
+
 CHECKS: list[Callable[[dict[str, Any], ValidityConfig], Check]] = [
     warmup_done,
     min_duration,
@@ -166,6 +176,7 @@ CHECKS: list[Callable[[dict[str, Any], ValidityConfig], Check]] = [
     no_throttling,
     server_agrees,
     prefix_cache_unexpected,
+    server_alive,
 ]
 
 

@@ -153,7 +153,8 @@ def run_title(summary: dict[str, Any], fallback: str) -> str:
     batching = lookup(engine, "config.batching") or engine.get("batching")
     parts = [lookup(summary, "scenario.name"),
              f"{engine.get('name')} ({batching})" if batching else engine.get("name"),
-             lookup(summary, "model.name"), lookup(summary, "hardware.name")]
+             lookup(summary, "model.label") or lookup(summary, "model.name"),
+             lookup(summary, "hardware.name")]
     names = [str(p) for p in parts if p]
     return " · ".join(names) or fallback
 

@@ -66,7 +66,7 @@ def _num(value: float | None, fmt: str = ".2f") -> str:
 
 def print_summary(summary: dict[str, Any], run_dir: Path, console: Console) -> None:
     heading = (
-        f"{summary['scenario']['name']} on {summary['engine']['name']} / {summary['model']['name']}: "
+        f"{summary['scenario']['name']} on {summary['engine']['name']} / {summary['model'].get('label') or summary['model']['name']}: "
         f"{summary['num_completed']}/{summary['num_requests']} completed in {summary['duration_s']:.2f} s"
     )
     figures = Table(title=heading, title_justify="left", show_edge=False)

@@ -2,11 +2,15 @@
 
     write_config       config.yaml, first, so even a run that fails says what it was
     resolve_hardware   the hardware profile (a datasheet, or this machine's probed ceilings)
+    launch_server      the server `engine.launch` names, started and ready (log in server.log);
+                       stopped when the run ends, however it ends
     build              the engine from its registry, and the scenario's workload for its tokenizer
     write_environment  environment.json, once the engine has loaded what it uses (torch, CUDA)
     drive_load         warmup then measured load, inside every AROUND_LOAD context
                        (engine started, telemetry collected, the server's /metrics
-                       scraped; samples then put on the records' clock)
+                       scraped; samples then put on the records' clock); a launched
+                       server that dies stops the sending
+    stop_server        the launched server, once the load is over (its exit code recorded)
     write_step_stats   steps.jsonl, when the engine reports its steps
     write_telemetry    telemetry.csv, on the records' clock
     write_server_metrics  server_metrics.csv, on the records' clock
@@ -30,6 +34,8 @@ import asyncio
 import contextlib
 import itertools
 import json
+import signal
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -39,6 +45,8 @@ from omegaconf import OmegaConf
 from rich.console import Console
 
 from engines.base import Engine, StepStat
+from engines.launch.server import ManagedServer
+from engines.openai_options import OpenAIEngineConfig
 from engines.reference.config import ModelConfig
 from engines.registry import build_engine
 from engines.synthetic import ByteTokenizer
@@ -64,6 +72,7 @@ from llmperf.perf.roofline import estimate_summary, roofline_summary
 from llmperf.run.config import Config
 from llmperf.run.console import LoadProgress, print_summary
 from llmperf.run.environment import collect_environment
+from llmperf.run.launch import launch_server, stop_server
 from llmperf.serverside.decomposition import decompose
 from llmperf.serverside.scraper import MetricsScraper
 from llmperf.serverside.window import window_summary
@@ -86,6 +95,8 @@ class Run:
     profile: HardwareProfile | None = None
     collector: Collector | None = None
     scraper: MetricsScraper | None = None
+    server: ManagedServer | None = None  # the server engine.launch started, if any
+    resources: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)  # closed at the end
 
     @property
     def interrupted(self) -> bool:
@@ -131,6 +142,8 @@ def context_tokens(run: Run) -> int | None:
 
 def write_environment(run: Run) -> None:
     environment = collect_environment(run.profile.to_dict(), run.argv)
+    if run.server is not None:
+        environment["server"] = run.server.describe()
     _write_json(run.run_dir / "environment.json", environment)
 
 
@@ -217,6 +230,8 @@ def drive_load(run: Run) -> None:
             record_tokens=scenario.record_tokens,
             on_measure_start=scrape_soon,
         )
+        if run.server is not None:
+            stack.enter_context(run.server.watched(loadgen.stop_sending))
         sessions = None
         if run.workload.has_sessions:
             sessions = SessionLoad(
@@ -272,9 +287,11 @@ def summarize(run: Run) -> None:
     run.summary = Summary(
         engine={**run.engine.info(), "name": cfg.engine.name, "config": asdict(cfg.engine)},
         scenario=asdict(cfg.scenario),
-        model=asdict(cfg.model),
+        model={**asdict(cfg.model), "label": model_label(run)},
         hardware=run.profile.to_dict() if run.profile else cfg.hardware,
         interrupted=run.load.interrupted,
+        stopped=run.load.stopped,
+        server=run.server.describe() if run.server is not None else None,
         figures={
             **saturation_summary(run.load),
             **compute_metrics(run.records, cfg.scenario.slo),
@@ -315,6 +332,17 @@ def add_server_figures(run: Run) -> None:
     if not run.workload.has_sessions:  # a session's turns share its history by design
         sent = [*run.workload.warmup(), *itertools.islice(run.workload.requests(), run.load.num_dispatched)]
         s["workload_shared_prefix_tokens"] = longest_shared_prefix([r.prompt_token_ids or [] for r in sent])
+
+
+def model_label(run: Run) -> str:
+    """What was measured: the served model (HTTP engines), the checkpoint folder with its
+    parameter count, or the preset."""
+    info = run.engine.info()
+    if isinstance(run.config.engine, OpenAIEngineConfig):
+        return str(info.get("model"))
+    name = Path(run.config.model.path).name if run.config.model.path else run.config.model.name
+    params = info.get("params")
+    return f"{name} ({params / 1e6:.1f}M)" if params else name
 
 
 def add_prefix_cache_figures(run: Run) -> None:
@@ -439,9 +467,11 @@ def write_report(run: Run) -> None:
 STAGES: list[Callable[[Run], None]] = [
     write_config,
     resolve_hardware,
+    launch_server,
     build,
     write_environment,
     drive_load,
+    stop_server,
     write_step_stats,
     write_telemetry,
     write_server_metrics,
@@ -459,9 +489,27 @@ def run_benchmark(
     config: Config, run_dir: Path, argv: list[str] | None = None, console: Console | None = None
 ) -> Run:
     run = Run(config, Path(run_dir), argv or [], console or Console())
-    for stage in STAGES:
-        stage(run)
+    with run.resources, _sigterm_as_exit():
+        for stage in STAGES:
+            stage(run)
     return run
+
+
+@contextlib.contextmanager
+def _sigterm_as_exit() -> Iterator[None]:
+    """SIGTERM unwinds the run like an error, so what it started (a server) is stopped."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def exit_now(signum: int, frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, exit_now)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _write_json(path: Path, data: Any) -> None:

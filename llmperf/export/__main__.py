@@ -1,0 +1,5 @@
+import sys
+
+from llmperf.export.cli import main
+
+sys.exit(main())
