@@ -145,6 +145,7 @@ class StepStat:
     num_waiting: int = 0
     preemptions: int = 0  # sequences preempted during this step
     prefix_cache_hit_tokens: int = 0  # prompt tokens served from the prefix cache
+    cpu_s: float | None = None  # CPU time the process (all its threads) spent in the step
 
     @property
     def num_tokens(self) -> int:

@@ -62,6 +62,10 @@ BAD_INPUTS = {
         ["engine=synthetic", "telemetry.device_indices=[-1]"],
         ["telemetry.device_indices=[-1]", "must be >= 0"],
     ),
+    "negative injected slowdown": (
+        ["engine.inject_slowdown=-0.1"],
+        ["inject_slowdown", "-0.1", "must be >= 0"],
+    ),
     "missing checkpoint folder": (
         ["model.path=no/such/checkpoint"],
         ["model.path='no/such/checkpoint'", "no such checkpoint folder"],

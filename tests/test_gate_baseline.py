@@ -77,7 +77,15 @@ def test_origin_falls_back_to_the_checkout_commit(tmp_path, monkeypatch):
     assert "jobs" not in source
 
 
-def test_a_different_model_or_invalid_run_is_warned_about(tmp_path, capsys):
+def _environment(folder: Path, cpu_model: str, dirty: bool = False) -> None:
+    (folder / "environment.json").write_text(json.dumps({
+        "cpu_count": 2, "cpu_model": cpu_model,
+        "torch": {"version": "2.13.0+cpu", "num_threads": 2, "devices": []},
+        "git": {"commit": "0123456789abcdef0123", "branch": "main", "dirty": dirty}}))
+
+
+def test_a_different_model_is_warned_about_and_an_invalid_run_fails_with_its_reasons(
+        tmp_path, capsys):
     baseline = tmp_path / "b.json"
     main(["--baseline", str(baseline), "--current", str(write_run(tmp_path / "a", summary())),
           "--update", "--metric", "output_throughput_tps:-5%"])
@@ -87,9 +95,63 @@ def test_a_different_model_or_invalid_run_is_warned_about(tmp_path, capsys):
     assert provenance_mismatches(Baseline.load(baseline).source, load_jobs(other)[0]) == [
         "the baseline's model is 'tiny', the current run's is 'llama-3.2-1b'"]
     capsys.readouterr()
+    assert main(["--baseline", str(baseline), "--current", str(other)]) == 1
+    out = capsys.readouterr().out
+    assert f"FAIL: {other}: the run is not valid: min_completed (3 < 10)" in out
+    assert "--allow-invalid" in out
+
     md = tmp_path / "gate.md"
-    assert main(["--baseline", str(baseline), "--current", str(other), "--markdown", str(md)]) == 0
+    assert main(["--baseline", str(baseline), "--current", str(other), "--markdown", str(md),
+                 "--allow-invalid"]) == 0
     out = capsys.readouterr().out
     assert f"warning: {other}: the run is not valid: min_completed (3 < 10)" in out
     assert "warning: the baseline's model is 'tiny', the current run's is 'llama-3.2-1b'" in out
     assert "> ⚠️ the baseline's model is 'tiny'" in md.read_text()
+
+
+def test_the_baseline_records_where_it_was_measured_and_warns_on_another_cpu(tmp_path, capsys):
+    base_run = write_run(tmp_path / "a", summary())
+    _environment(base_run, "Intel(R) Xeon(R) Processor")
+    baseline = tmp_path / "b.json"
+    assert main(["--baseline", str(baseline), "--current", str(base_run), "--update",
+                 "--metric", "output_throughput_tps:-5%"]) == 0
+    machine = json.loads(baseline.read_text())["source"]["machine"]
+    assert machine == {"git_commit": "0123456789abcdef0123", "git_dirty": False,
+                       "torch": "2.13.0+cpu", "device": "Intel(R) Xeon(R) Processor",
+                       "threads": 2}
+    other = write_run(tmp_path / "c", summary())
+    _environment(other, "AMD EPYC 9654")
+    capsys.readouterr()
+    assert main(["--baseline", str(baseline), "--current", str(other)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert ("baseline: commit 0123456789ab, torch 2.13.0+cpu, Intel(R) Xeon(R) Processor,"
+            " 2 threads") in out
+    assert "current:  commit 0123456789ab, torch 2.13.0+cpu, AMD EPYC 9654, 2 threads" in out
+    assert ("warning: the baseline's device is 'Intel(R) Xeon(R) Processor', the current run's"
+            " is 'AMD EPYC 9654': times are not comparable across machines") in out
+
+
+def test_update_refuses_runs_from_a_dirty_tree(tmp_path, capsys):
+    run = write_run(tmp_path / "a", summary())
+    _environment(run, "Intel(R) Xeon(R) Processor", dirty=True)
+    args = ["--baseline", str(tmp_path / "b.json"), "--current", str(run), "--update",
+            "--metric", "output_throughput_tps:-5%"]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "uncommitted changes" in err
+    assert main([*args, "--allow-dirty"]) == 0
+    assert json.loads((tmp_path / "b.json").read_text())["source"]["machine"]["git_dirty"]
+
+
+def test_the_gate_writes_the_current_medians_for_the_history(tmp_path):
+    baseline = tmp_path / "b.json"
+    runs = [write_run(tmp_path / f"r{i}", summary(output_throughput_tps=tps))
+            for i, tps in enumerate((90.0, 100.0, 120.0))]
+    for run in runs:
+        _environment(run, "Intel(R) Xeon(R) Processor")
+    currents = [arg for run in runs for arg in ("--current", str(run))]
+    main(["--baseline", str(baseline), *currents, "--update", "--metric", "output_throughput_tps:-5%"])
+    assert main(["--baseline", str(baseline), *currents, "--figures", str(tmp_path / "f.json")]) == 0
+    figures = json.loads((tmp_path / "f.json").read_text())
+    assert figures["commit"] == "0123456789abcdef0123" and figures["dirty"] is False
+    assert figures["figures"] == {"output_throughput_tps": 100.0}

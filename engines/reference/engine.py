@@ -56,6 +56,8 @@ class ReferenceEngine(ThreadedEngine, OfflineAPI):
         """`options` (default: the defaults), with `overrides` replacing some of its fields."""
         opts = replace(options or ReferenceEngineConfig(), **overrides)
         self.opts = opts
+        # Test-only: stretches every step by this fraction of its own time (see _stretch).
+        self.inject_slowdown = float(opts.inject_slowdown)
         self.device = rank_device(opts.device, 0)
         self.seed = opts.seed
         self.tp = opts.tp
@@ -184,6 +186,7 @@ class ReferenceEngine(ThreadedEngine, OfflineAPI):
         if not self.scheduler.has_work():
             return False
         start = time.perf_counter()
+        cpu_start_s = time.process_time()
         hits_before = self.kv.stats()["prefix_cache_hit_tokens"]
         out = self.scheduler.schedule(start, flushed_order)
         if out is None:
@@ -192,7 +195,7 @@ class ReferenceEngine(ThreadedEngine, OfflineAPI):
         logits, sampled = self.runner.run(out.scheduled)
         real = [out.scheduled[i] for i in sampled]
         tokens = sample(logits, [s.seq.sampling for s in real], [s.seq.generator for s in real])
-        now = time.perf_counter()
+        now = self._stretch(start, time.perf_counter())
         for s in out.scheduled:
             if not s.is_padding:
                 s.seq.num_computed_tokens += s.num_new_tokens
@@ -207,10 +210,24 @@ class ReferenceEngine(ThreadedEngine, OfflineAPI):
             self._emit(seq, [token], now, first)
             if seq.finish_reason is not None:
                 self._retire(seq, seq.finish_reason, now, emit=False)
-        self._record_step(out, start, now, prefix_hits)
+        self._record_step(out, start, now, prefix_hits, time.process_time() - cpu_start_s)
         return True
 
-    def _record_step(self, out, start: float, end: float, prefix_hits: int) -> None:
+    def _stretch(self, start: float, end: float) -> float:
+        """With inject_slowdown = f, spin for f x the step's own time; the new end of the step.
+
+        A calibrated slowdown for testing the regression gate: it lands inside the step (its
+        duration, its tokens' times), as a slower kernel would. A busy-wait, not a sleep, so
+        the core stays as busy as it would be computing.
+        """
+        if not self.inject_slowdown:
+            return end
+        until = end + self.inject_slowdown * (end - start)
+        while (now := time.perf_counter()) < until:
+            pass
+        return now
+
+    def _record_step(self, out, start: float, end: float, prefix_hits: int, cpu_s: float) -> None:
         real = [s for s in out.scheduled if not s.is_padding]
         self._steps.append(
             StepStat(
@@ -227,6 +244,7 @@ class ReferenceEngine(ThreadedEngine, OfflineAPI):
                 num_waiting=len(self.scheduler.waiting),
                 preemptions=len(out.preempted),
                 prefix_cache_hit_tokens=prefix_hits,  # this step's admissions (re-admissions count anew)
+                cpu_s=cpu_s,
             )
         )
 

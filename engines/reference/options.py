@@ -27,8 +27,11 @@ class ReferenceEngineConfig(EngineConfig):
     enable_prefix_caching: bool = option(False, "paged: reuse the KV blocks of a shared prompt prefix")
     max_model_len: int | None = option(None, "context positions served; null: the model's, at most 4096")
     tp: int = option(1, "tensor-parallel ranks, one process each")
+    inject_slowdown: float = option(
+        0.0, "test-only: each step busy-waits this fraction of its own time more (gate calibration)"
+    )
 
     def __post_init__(self) -> None:
         check_positive(self, "max_batch_size", "max_num_seqs", "max_num_batched_tokens", "num_kv_blocks")
         check_positive(self, "kv_block_size", "max_model_len", "tp")
-        check_positive(self, "max_wait_ms", allow_none=False, strict=False)
+        check_positive(self, "max_wait_ms", "inject_slowdown", allow_none=False, strict=False)

@@ -1,12 +1,15 @@
-"""`llmperf-gate`: gate a run (or sweep) against a committed baseline; exit 0 pass, 1 regression,
-2 usage error."""
+"""`llmperf-gate`: gate a run (or sweep) against a committed baseline; exit 0 pass, 1 regression
+(or an invalid run), 2 usage error. Subcommands: `ab` (two commits, paired), `calibrate` (this
+machine's false-alarm and detection rates), `history` (a figure across commits)."""
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from statistics import median
 
 from llmperf.gate.baseline import (
     Baseline,
@@ -17,11 +20,30 @@ from llmperf.gate.baseline import (
 )
 from llmperf.gate.compare import judge
 from llmperf.gate.errors import GateError
+from llmperf.gate.history import write_figures
 from llmperf.gate.metric_spec import DEFAULT_TOLERANCE, MetricSpec, Tolerance, parse_metric_arg
+from llmperf.gate.provenance import describe, machine_facts, machine_mismatches
 from llmperf.gate.render import baseline_table, console_table, markdown
 from llmperf.gate.runs import Job, evaluate, load_jobs, validity_notes
 
 EXIT_PASS, EXIT_REGRESSION, EXIT_USAGE = 0, 1, 2
+
+# What `--update` records when no --metric is given and no baseline exists yet: for the CI
+# sweep (scenario=mixed-offline over static, continuous, chunked), a within-sweep throughput
+# ratio and work counts, figures that hold on a noisy shared machine.
+DEFAULT_METRICS = (
+    "output_throughput_tps@engine.batching=continuous/engine.batching=static:-25%",
+    "steps.padded_fraction@engine.batching=static:+0.02",
+    "steps.tokens_per_step@engine.batching=continuous:-15%",
+    "steps.count@engine.batching=continuous:+5%",
+)
+
+# module -> (help); each has add_arguments(parser) and run(args) -> exit code
+SUBCOMMANDS = {
+    "ab": "run one benchmark on two commits, interleaved, and judge the paired change",
+    "calibrate": "measure this machine's false-alarm and detection rates for `ab`",
+    "history": "plot a figure across commits from reports/history.csv",
+}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -43,15 +65,30 @@ def build_parser() -> argparse.ArgumentParser:
                         ":-10%%; default: the baseline's metrics and tolerances")
     p.add_argument("--markdown", type=Path, metavar="FILE",
                    help="also write the verdict as markdown (for a CI comment)")
+    p.add_argument("--figures", type=Path, metavar="FILE",
+                   help="also write the current medians as figures.json for `history --append`")
     p.add_argument("--update", action="store_true",
-                   help="write the baseline from the current figures (all repeats) instead")
+                   help="write the baseline from the current figures (all repeats) instead;"
+                        " without --metric and without a baseline: " + ", ".join(DEFAULT_METRICS))
+    p.add_argument("--allow-invalid", action="store_true",
+                   help="gate runs that failed their validity checks (or were interrupted)"
+                        " with a warning, instead of failing")
+    p.add_argument("--allow-dirty", action="store_true",
+                   help="let --update record runs made from a working tree with uncommitted changes")
     return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in SUBCOMMANDS:
+        module = importlib.import_module(f"llmperf.gate.{argv[0]}")
+        parser = _Parser(prog=f"llmperf-gate {argv[0]}", description=SUBCOMMANDS[argv[0]])
+        module.add_arguments(parser)
+        args, command = parser.parse_args(argv[1:]), module.run
+    else:
+        args, command = build_parser().parse_args(argv), run
     try:
-        return run(args)
+        return command(args)
     except (GateError, OSError) as e:  # OSError: an unreadable folder, an unwritable file
         print(f"llmperf-gate: error: {e}", file=sys.stderr)
         return EXIT_USAGE
@@ -59,11 +96,16 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def run(args: argparse.Namespace) -> int:
     old = None if args.update and not args.baseline.exists() else Baseline.load(args.baseline)
-    metrics = chosen_metrics(args.metric, old)
+    metrics = chosen_metrics(args.metric, old, args.update)
     repeats = [(path, load_jobs(path)) for path in args.current]
     current = {spec.name: [evaluate(spec, jobs, path) for path, jobs in repeats]
                for spec, _ in metrics}
-    warnings = [note for _, jobs in repeats for job in jobs for note in validity_notes(job)]
+    invalid = [note for _, jobs in repeats for job in jobs for note in validity_notes(job)]
+    if invalid and not args.allow_invalid:
+        print("\n".join([*(f"FAIL: {note}" for note in invalid),
+                         "FAIL: invalid runs are not gated (--allow-invalid to gate them anyway)"]))
+        return EXIT_REGRESSION
+    warnings = list(invalid)
     if args.update:
         return write_baseline(args, metrics, current, repeats, warnings)
 
@@ -75,21 +117,32 @@ def run(args: argparse.Namespace) -> int:
                             " record them with --update")
         results.append(judge(spec, tolerance, entry.values, current[spec.name]))
     warnings += provenance_mismatches(old.source, repeats[0][1][0])
-    print(console_table(results, warnings))
+    now = machine_facts(repeats[0][1][0])
+    warnings += machine_mismatches(old.source.get("machine") or {}, now)
+    origin = [f"baseline: {describe(old.source.get('machine') or {})}",
+              f"current:  {describe(now)}"]
+    print(console_table(results, warnings, origin))
+    if args.figures:
+        write_figures(args.figures, now, {r.spec.name: median(r.current) for r in results})
     if args.markdown:
         write_text(args.markdown, markdown(results, warnings, str(args.baseline), old,
                                            [str(p) for p in args.current]))
     return EXIT_REGRESSION if any(r.is_regression for r in results) else EXIT_PASS
 
 
-def chosen_metrics(metric_args: list[str], old: Baseline | None
+def chosen_metrics(metric_args: list[str], old: Baseline | None, update: bool = False
                    ) -> list[tuple[MetricSpec, Tolerance]]:
-    """--metric in the order given, tolerances from the flag, else the baseline, else 5%."""
+    """--metric in the order given, tolerances from the flag, else the baseline, else 5%.
+
+    Without --metric: the baseline's metrics; a new baseline (--update) gets DEFAULT_METRICS.
+    """
     if not metric_args:
-        if old is None or not old.entries:
+        if old is not None and old.entries:
+            return [(e.spec, e.tolerance) for e in old.entries.values()]
+        if not update:
             raise GateError("no metrics to gate: give --metric NAME[:TOLERANCE]"
                             " (e.g. output_throughput_tps:-5%)")
-        return [(e.spec, e.tolerance) for e in old.entries.values()]
+        metric_args = list(DEFAULT_METRICS)
     chosen: dict[str, tuple[MetricSpec, Tolerance]] = {}
     for text in metric_args:
         spec, tolerance = parse_metric_arg(text)
@@ -105,8 +158,13 @@ def chosen_metrics(metric_args: list[str], old: Baseline | None
 def write_baseline(args: argparse.Namespace, metrics: list[tuple[MetricSpec, Tolerance]],
                    current: dict[str, list[float]], repeats: list[tuple[Path, list[Job]]],
                    warnings: list[str]) -> int:
+    facts = machine_facts(repeats[0][1][0])
+    if facts.get("git_dirty") and not args.allow_dirty:
+        raise GateError(f"{repeats[0][0]} was run from a working tree with uncommitted changes,"
+                        " so no commit names the code it measured; commit, rerun and --update"
+                        " (or --allow-dirty)")
     entries = {spec.name: BaselineEntry(spec, tol, current[spec.name]) for spec, tol in metrics}
-    baseline = Baseline(entries, provenance(repeats), now_iso())
+    baseline = Baseline(entries, {**provenance(repeats), "machine": facts}, now_iso())
     baseline.save(args.baseline)
     table = baseline_table(baseline)
     done = f"wrote {args.baseline}: {len(entries)} metrics from {len(repeats)} repeats"

@@ -7,6 +7,7 @@ from statistics import median
 
 from llmperf.gate.baseline import Baseline
 from llmperf.gate.compare import IMPROVED, REGRESSION, WITHIN_NOISE, MetricResult
+from llmperf.gate.provenance import describe
 from llmperf.gate.stats import CONFIDENCE, NUM_RESAMPLES, SEED, Change
 
 COLUMNS = ("metric", "baseline", "current", "change", "tolerance", "noise band", "verdict")
@@ -38,9 +39,12 @@ def rows(results: Sequence[MetricResult]) -> list[list[str]]:
              _band(r.change), r.verdict] for r in results]
 
 
-def console_table(results: Sequence[MetricResult], warnings: Sequence[str]) -> str:
+def console_table(results: Sequence[MetricResult], warnings: Sequence[str],
+                  origin: Sequence[str] = ()) -> str:
+    """The table, the lines saying where each side was measured, the warnings, the headline."""
     lines = _aligned([list(COLUMNS), *rows(results)])
     lines.insert(1, "-" * max(map(len, lines)))
+    lines += origin
     lines += [f"warning: {w}" for w in warnings]
     lines.append(headline(results))
     return "\n".join(lines)
@@ -75,9 +79,11 @@ def describe_origin(baseline: Baseline) -> str:
         name = value.get("name") if isinstance(value, dict) else value
         if name is not None:
             parts.append(f"{key} {name}")
-    commit = source.get("git_commit")
-    if commit:
-        parts.append(f"commit {commit[:12]}")
+    machine = source.get("machine")
+    if isinstance(machine, dict):
+        parts.append(describe(machine))
+    elif source.get("git_commit"):
+        parts.append(f"commit {source['git_commit'][:12]}")
     if baseline.created:
         parts.append(f"recorded {baseline.created}")
     return ", ".join(parts) or "origin not recorded"

@@ -43,8 +43,15 @@ class Job:
         return ",".join(f"{k}={v}" for k, v in self.overrides.items()) or self.path.name
 
     def steps(self) -> list[dict]:
+        """The measured steps: those that started after warmup (summary's measure_start_s)."""
         if self._steps is None:
-            self._steps = _read_steps(self.path / "steps.jsonl")
+            start_s = self.summary.get("measure_start_s")
+            steps = _read_steps(self.path / "steps.jsonl")
+            if is_number(start_s):
+                steps = [s for s in steps if s.get("start_s", start_s) >= start_s]
+            if not steps:
+                raise GateError(f"{self.path / 'steps.jsonl'} holds no step after warmup")
+            self._steps = steps
         return self._steps
 
     def matches(self, selector: Selector) -> bool:

@@ -32,10 +32,11 @@ NEITHER = "neither"  # a count, a setting, a prediction: no way is better
 DIRECTIONS = (HIGHER, LOWER, NEITHER)
 
 # Units, as tables print them. Counts are bare numbers; "fraction" (0..1) is shown as %.
-UNITS = ("s", "tok/s", "req/s", "fraction", "USD", "USD/1M tok", "J", "B/s", "FLOP/s",
-         "requests", "tokens", "sequences", "steps", "preemptions", "samples", "sessions")
+UNITS = ("s", "tok/s", "req/s", "fraction", "USD", "USD/1M tok", "J", "B/s", "FLOP/s", "B",
+         "FLOP", "requests", "tokens", "sequences", "steps", "preemptions", "samples",
+         "sessions", "blocks")
 COUNT_UNITS = ("requests", "tokens", "sequences", "steps", "preemptions", "samples",
-               "sessions")
+               "sessions", "blocks")
 
 STAT_KEYS = ("mean", "median", "p90", "p95", "p99", "std", "min", "max")
 STAT_LABELS = {"median": "p50"}  # how a statistic reads after a figure's label
@@ -55,7 +56,7 @@ COLLECTOR = "llmperf/telemetry/collector.py:Collector.summarize"
 
 @dataclass(frozen=True)
 class Metric:
-    name: str  # summary.json key; `steps.*` for a figure of steps.jsonl
+    name: str  # summary.json key; `steps.*` for a figure of steps.jsonl, `work.*` of both
     label: str  # a table's row or column title
     unit: str  # one of UNITS
     direction: str  # one of DIRECTIONS
@@ -73,7 +74,8 @@ class Metric:
 
     @property
     def source(self) -> str:
-        return "steps.jsonl" if self.group == "steps" else "summary.json"
+        return {"steps": "steps.jsonl", "work": "steps.jsonl + summary.json"}.get(
+            self.group, "summary.json")
 
     def statistic(self, stat: str) -> Metric:
         """One statistic of a distribution: `ttft_s` -> `ttft_s.p99`, labelled 'TTFT p99'."""
@@ -285,6 +287,23 @@ def _declare() -> list[Metric]:
            f"{steps}:padded_fraction", "steps"),
         _m("steps.preemptions", "preemptions", "preemptions", LOWER, "total preemptions",
            f"{steps}:preemptions", "steps"),
+        _m("steps.kv_blocks_peak", "KV blocks at peak", "blocks", LOWER,
+           "most KV cache blocks in use at once", f"{steps}:kv_blocks_peak", "steps"),
+        _m("steps.decode_step_p10_s", "decode step p10", "s", LOWER,
+           "10th percentile of the pure decode steps' durations (the fastest tenth: what a"
+           " neighbour on the cores did not stretch)", f"{steps}:decode_step_p10_s", "steps"),
+        _m("steps.decode_cpu_p10_s", "decode step CPU p10", "s", LOWER,
+           "10th percentile of the pure decode steps' process CPU time, all threads",
+           f"{steps}:decode_cpu_p10_s", "steps"),
+    ]
+    work = "llmperf/gate/ab_figures.py"
+    metrics += [
+        _m("work.bytes_per_token", "bytes per token", "B", LOWER,
+           "bytes the measured steps had to move, by the roofline's work model ÷ tokens computed",
+           f"{work}:bytes_per_token", "work"),
+        _m("work.flops_per_token", "FLOPs per token", "FLOP", LOWER,
+           "FLOPs the measured steps had to do, by the roofline's work model ÷ tokens computed",
+           f"{work}:flops_per_token", "work"),
     ]
     return metrics
 

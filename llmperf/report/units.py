@@ -52,12 +52,17 @@ def bytes_(count: float) -> str:
     return f"{count:.0f} B"
 
 
+def si(value: float, unit: str) -> str:
+    """A figure with an SI prefix: 2.1e8 FLOP -> '210 MFLOP'."""
+    for prefix, scale in (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(value) >= scale:
+            return f"{significant(value / scale)} {prefix}{unit}"
+    return f"{significant(value)} {unit}"
+
+
 def rate(per_second: float, unit: str) -> str:
     """A per-second figure with an SI prefix: 3.35e12 B/s -> '3.35 TB/s'."""
-    for prefix, scale in (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
-        if abs(per_second) >= scale:
-            return f"{significant(per_second / scale)} {prefix}{unit}/s"
-    return f"{significant(per_second)} {unit}/s"
+    return si(per_second, f"{unit}/s")
 
 
 def percent(fraction: float) -> str:
@@ -94,8 +99,8 @@ def in_unit(m: Metric, value: float) -> str:
         return percent(value)
     if m.unit in ("USD", "USD/1M tok"):
         return f"${significant(value)}"
-    if m.unit in ("B/s", "FLOP/s"):
-        return rate(value, m.unit.removesuffix("/s"))
+    if m.unit in ("B/s", "FLOP/s", "B", "FLOP"):
+        return si(value, m.unit)
     if m.unit == "s":
         return duration(value)
     if m.unit in COUNT_UNITS:

@@ -26,6 +26,7 @@ def collect_environment(hardware: dict[str, Any], argv: list[str]) -> dict[str, 
         "platform": platform.platform(),
         "hostname": socket.gethostname(),
         "cpu_count": os.cpu_count(),
+        "cpu_model": _cpu_model(),
         "command_line": argv,
         "cwd": os.getcwd(),
         "packages": {name: _package_version(name) for name in PACKAGES},
@@ -53,11 +54,25 @@ def _torch_facts() -> dict[str, Any] | None:
         "cuda": torch.version.cuda,
         "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
         "cuda_available": torch.cuda.is_available(),
+        "num_threads": torch.get_num_threads(),
         "devices": [],
     }
     if facts["cuda_available"]:
         facts["devices"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
     return facts
+
+
+def _cpu_model() -> str | None:
+    """The CPU's model name (Linux /proc/cpuinfo, else what the platform module knows)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() == "model name" and value.strip():
+                    return value.strip()
+    except OSError:
+        pass
+    return platform.processor() or None
 
 
 def _nvidia_driver_version() -> str | None:

@@ -1,0 +1,208 @@
+"""`llmperf-gate ab`: run one benchmark on two commits, interleaved, and judge the paired change.
+
+    llmperf-gate ab --base main [--head REF] [--pairs 8] [--tolerance 5%] -- [llmperf overrides]
+
+The base (and the head, when --head names a ref) is checked out in a temporary git worktree;
+without --head the head is the working tree as it is, uncommitted changes included. Exit 0
+pass, 1 regression (or an invalid run), 2 usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+from collections.abc import Sequence
+from datetime import datetime
+from pathlib import Path
+from statistics import median
+
+from llmperf.gate.ab_figures import (
+    DEFAULT_FIGURES,
+    Figure,
+    figure_named,
+    read_figures,
+    readable,
+)
+from llmperf.gate.ab_verdict import ABResult, change_text, judge_figure
+from llmperf.gate.baseline import Baseline
+from llmperf.gate.checkout import dirty_files, repo_root, resolve_commit, worktree
+from llmperf.gate.compare import IMPROVED, REGRESSION, WITHIN_NOISE
+from llmperf.gate.errors import GateError
+from llmperf.gate.history import write_figures
+from llmperf.gate.paired import CONFIDENCE, MIN_PAIRS
+from llmperf.gate.provenance import describe, machine_facts
+from llmperf.gate.runs import validity_notes
+from llmperf.gate.sides import (
+    DEFAULT_BENCHMARK,
+    Pair,
+    Side,
+    fresh_folder,
+    run_pairs,
+    terminated_as_exit,
+)
+
+DEFAULT_PAIRS = 8
+DEFAULT_TOLERANCE = 0.05  # timed figures; counters default to 0 (exact)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    which = p.add_mutually_exclusive_group(required=True)
+    which.add_argument("--base", metavar="REF", help="git ref of the base side")
+    which.add_argument("--baseline", type=Path, metavar="FILE",
+                       help="take the base commit from this baseline file's provenance"
+                            " (falling back to --fallback-base when this clone lacks it)")
+    p.add_argument("--fallback-base", default="HEAD~1", metavar="REF",
+                   help="with --baseline: the base when the recorded commit is not in this"
+                        " clone (default HEAD~1)")
+    p.add_argument("--head", metavar="REF",
+                   help="git ref of the head side; default: the working tree as it is")
+    p.add_argument("--pairs", type=int, default=DEFAULT_PAIRS, metavar="N",
+                   help=f"base/head pairs, order alternating (default {DEFAULT_PAIRS},"
+                        f" at least {MIN_PAIRS})")
+    p.add_argument("--tolerance", type=percent, default=DEFAULT_TOLERANCE, metavar="PCT",
+                   help="how far a time may move the bad way (default 5%%)")
+    p.add_argument("--counter-tolerance", type=percent, default=0.0, metavar="PCT",
+                   help="how far a counter may move the bad way (default 0%%: exact)")
+    p.add_argument("--figure", action="append", default=[], metavar="NAME",
+                   help="a figure to gate, repeatable; default all: " + ", ".join(DEFAULT_FIGURES))
+    p.add_argument("--out", type=Path, metavar="DIR",
+                   help="where the runs and ab.json go (default reports/ab/<timestamp>)")
+    p.add_argument("--markdown", type=Path, metavar="FILE", help="also write the verdict as markdown")
+    p.add_argument("--allow-invalid", action="store_true",
+                   help="judge runs that failed their validity checks instead of failing")
+    p.add_argument("overrides", nargs="*", metavar="OVERRIDE",
+                   help="llmperf overrides after --; default: " + " ".join(DEFAULT_BENCHMARK))
+
+
+def percent(text: str) -> float:
+    """'5%', '5' or '0.05'? Only the first two: a tolerance is written in percent."""
+    value = text.strip().lstrip("+-").removesuffix("%")
+    try:
+        amount = float(value) / 100
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a percentage: {text!r} (write e.g. 5%)") from None
+    if not 0 <= amount < 1:
+        raise argparse.ArgumentTypeError(f"a tolerance must be in 0%..100%, got {text!r}")
+    return amount
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.pairs < MIN_PAIRS:
+        raise GateError(f"--pairs {args.pairs}: the paired interval needs at least {MIN_PAIRS}")
+    figures = [figure_named(n) for n in args.figure] or [figure_named(n) for n in DEFAULT_FIGURES]
+    root = repo_root(Path.cwd())
+    base_ref = args.base or base_from_baseline(root, args.baseline, args.fallback_base)
+    base_commit = resolve_commit(root, base_ref)
+    head_commit = resolve_commit(root, args.head) if args.head else None
+    overrides = args.overrides or list(DEFAULT_BENCHMARK)
+    stamp = datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
+    out = fresh_folder(args.out or Path("reports/ab") / stamp)
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(terminated_as_exit())
+        base = Side("base", stack.enter_context(worktree(root, base_commit)), base_commit,
+                    f"base {base_ref} ({base_commit[:12]})")
+        head = head_side(stack, root, args.head, head_commit)
+        print(f"A/B: {base.label} against {head.label}, {args.pairs} pairs, into {out}",
+              flush=True)
+        pairs = run_pairs(base, head, overrides, args.pairs, out,
+                          on_run=lambda i, side: print(f"  pair {i + 1}/{args.pairs}: {side.role}",
+                                                       flush=True))
+    results, text = judge_pairs(pairs, figures, args.tolerance, args.counter_tolerance,
+                                base.label, head.label)
+    invalid = [note for pair in pairs for job in pair for note in validity_notes(job)]
+    text += "".join(f"\n{'warning' if args.allow_invalid else 'FAIL'}: {n}" for n in invalid)
+    print(text)
+    write_outputs(out, args.markdown, results, text, base, head)
+    figures = {f"ab.{r.figure.name}": median(r.head) for r in results}
+    figures |= {f"ab.{r.figure.name}.change": r.point for r in results if r.figure.timed}
+    write_figures(out / "figures.json", machine_facts(pairs[0][1]), figures)
+    failed = any(r.is_regression for r in results) or (invalid and not args.allow_invalid)
+    return 1 if failed else 0
+
+
+def base_from_baseline(root: Path, path: Path, fallback: str) -> str:
+    """The commit the baseline was recorded at, or `fallback` (said on one line) if not here."""
+    source = Baseline.load(path).source
+    commit = (source.get("machine") or {}).get("git_commit") or source.get("git_commit")
+    if not commit:
+        raise GateError(f"baseline {path} records no commit; give --base REF")
+    try:
+        resolve_commit(root, commit)
+    except GateError:
+        print(f"warning: {path} was recorded at {commit[:12]}, which this clone lacks;"
+              f" comparing against {fallback} instead", flush=True)
+        return fallback
+    return commit
+
+
+def head_side(stack: contextlib.ExitStack, root: Path, ref: str | None,
+              commit: str | None) -> Side:
+    if ref is None:
+        at = resolve_commit(root, "HEAD")[:12]
+        changes = " + uncommitted changes" if dirty_files(root) else ""
+        return Side("head", root, None, f"head (working tree at {at}{changes})")
+    return Side("head", stack.enter_context(worktree(root, commit)), commit,
+                f"head {ref} ({commit[:12]})")
+
+
+def judge_pairs(pairs: Sequence[Pair], figures: list[Figure], tolerance: float,
+                counter_tolerance: float, base_label: str, head_label: str
+                ) -> tuple[list[ABResult], str]:
+    """Verdicts for every figure and the console text: table, provenance, headline."""
+    figures, notes = readable([job for pair in pairs for job in pair], figures)
+    if not figures:
+        raise GateError("no figure could be read from every run: " + "; ".join(notes))
+    values = {side: [read_figures(pair[i], figures) for pair in pairs]
+              for i, side in enumerate(("base", "head"))}
+    results = [judge_figure(f, [v[f.name] for v in values["base"]],
+                            [v[f.name] for v in values["head"]],
+                            tolerance if f.timed else counter_tolerance) for f in figures]
+    lines = table(results)
+    lines += [f"warning: {note}" for note in notes]
+    lines.append(f"base: {base_label}: {describe(machine_facts(pairs[0][0]))}")
+    lines.append(f"head: {head_label}: {describe(machine_facts(pairs[0][1]))}")
+    lines.append(f"times: Hodges-Lehmann change of the {len(pairs)} pairs' log-ratios,"
+                 f" {CONFIDENCE:.0%} Wilcoxon signed-rank interval; counters: range over runs")
+    lines.append(headline(results))
+    return results, "\n".join(lines)
+
+
+def table(results: Sequence[ABResult]) -> list[str]:
+    rows = [["figure", "base", "head", "change", f"{CONFIDENCE:.0%} interval", "tolerance",
+             "verdict"]]
+    for r in results:
+        rows.append([r.figure.name, _median_text(r.base), _median_text(r.head),
+                     change_text(r.point), f"{change_text(r.low)} .. {change_text(r.high)}",
+                     f"{r.tolerance * 100:g}%", "improved" if r.verdict == IMPROVED else r.verdict])
+    widths = [max(len(row[c]) for row in rows) for c in range(len(rows[0]))]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+             for row in rows]
+    lines.insert(1, "-" * max(map(len, lines)))
+    return lines
+
+
+def headline(results: Sequence[ABResult]) -> str:
+    bad = [r.figure.name for r in results if r.verdict == REGRESSION]
+    if bad:
+        return f"FAIL: {len(bad)} of {len(results)} figures regressed ({', '.join(bad)})"
+    noisy = sum(r.verdict == WITHIN_NOISE for r in results)
+    return f"PASS: no regression in {len(results)} figures" + (
+        f"; {noisy} past tolerance but within noise" if noisy else "")
+
+
+def _median_text(values: Sequence[float]) -> str:
+    return f"{median(values):.4g}"
+
+
+def write_outputs(out: Path, markdown: Path | None, results: Sequence[ABResult], text: str,
+                  base: Side, head: Side) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    record = {"base": {"label": base.label, "commit": base.commit},
+              "head": {"label": head.label, "commit": head.commit},
+              "results": [r.to_dict() for r in results]}
+    (out / "ab.json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    if markdown is not None:
+        markdown.parent.mkdir(parents=True, exist_ok=True)
+        mark = "❌" if any(r.is_regression for r in results) else "✅"
+        markdown.write_text(f"### llmperf-gate ab {mark}\n\n```\n{text}\n```\n", encoding="utf-8")

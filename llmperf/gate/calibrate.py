@@ -1,0 +1,193 @@
+"""`llmperf-gate calibrate`: how often `ab` cries wolf here, and how small a slowdown it catches.
+
+    flock /tmp/llmperf-heavy.lock llmperf-gate calibrate [--rounds 12] [--pairs 8] [--trials 20]
+
+Both sides run the working tree's code. Each round runs the benchmark once per condition, in
+an order that rotates from round to round: the base (A), an identical second run (A', the
+A/A condition) and one run per injected slowdown (`engine.inject_slowdown=F`: every engine
+step spins F x its own time more). A condition's pair in a round is (A, that run). A gate run
+is `ab`'s verdict on `--pairs` rounds drawn without replacement; `--trials` gate runs per
+condition give the false-alarm rate (A/A) and the detection rates. Gate runs drawn from the
+same rounds share pairs, so they are not independent: more rounds, less overlap.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from datetime import datetime
+from pathlib import Path
+
+import numpy as np
+
+from llmperf.gate.ab import DEFAULT_PAIRS, DEFAULT_TOLERANCE, percent
+from llmperf.gate.ab_figures import FIGURES, figure_named, read_figures, readable
+from llmperf.gate.ab_verdict import change_text, judge_figure
+from llmperf.gate.checkout import repo_root, resolve_commit
+from llmperf.gate.compare import REGRESSION
+from llmperf.gate.errors import GateError
+from llmperf.gate.paired import MIN_PAIRS
+from llmperf.gate.provenance import describe, machine_facts
+from llmperf.gate.runs import load_job
+from llmperf.gate.sides import DEFAULT_BENCHMARK, Side, fresh_folder, run_once
+
+DEFAULT_ROUNDS = 12
+DEFAULT_TRIALS = 20
+DEFAULT_SLOWDOWNS = (0.05, 0.10, 0.20)
+POWER = 0.95
+_Z95 = 1.6449  # one-sided 95% normal quantile
+_HL_EFFICIENCY = 3 / math.pi  # Hodges-Lehmann against the mean, normal noise
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--rounds", type=int, default=DEFAULT_ROUNDS, metavar="N",
+                   help=f"rounds of runs, one run per condition each (default {DEFAULT_ROUNDS})")
+    p.add_argument("--pairs", type=int, default=DEFAULT_PAIRS, metavar="N",
+                   help=f"pairs per gate run, as `ab --pairs` (default {DEFAULT_PAIRS})")
+    p.add_argument("--trials", type=int, default=DEFAULT_TRIALS, metavar="N",
+                   help=f"gate runs per condition (default {DEFAULT_TRIALS})")
+    p.add_argument("--slowdowns", type=_slowdowns, default=DEFAULT_SLOWDOWNS, metavar="LIST",
+                   help="injected slowdowns, comma-separated (default 5%%,10%%,20%%)")
+    p.add_argument("--tolerance", type=percent, default=DEFAULT_TOLERANCE, metavar="PCT",
+                   help="the tolerance `ab` will use (default 5%%)")
+    p.add_argument("--figure", default="decode_step_p10_s", metavar="NAME",
+                   help="the timed figure to calibrate (default decode_step_p10_s)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the draws of pairs")
+    p.add_argument("--out", type=Path, metavar="DIR",
+                   help="where the runs and calibrate.json go (default reports/calibrate/<timestamp>)")
+    p.add_argument("--from", dest="from_dirs", type=Path, action="append", metavar="DIR",
+                   help="judge the complete rounds earlier calibrations left in DIR (one cut"
+                        " short included) instead of running; repeatable, the rounds add up")
+    p.add_argument("overrides", nargs="*", metavar="OVERRIDE",
+                   help="llmperf overrides after --; default: ab's benchmark")
+
+
+def _slowdowns(text: str) -> tuple[float, ...]:
+    values = tuple(percent(part) for part in text.split(",") if part.strip())
+    if not values or min(values) <= 0:
+        raise argparse.ArgumentTypeError(f"slowdowns must be > 0%, got {text!r}")
+    return values
+
+
+def run(args: argparse.Namespace) -> int:
+    figure = figure_named(args.figure)
+    if not figure.timed:
+        raise GateError(f"{args.figure} is a counter; calibrate a timed figure:"
+                        f" {', '.join(n for n, f in FIGURES.items() if f.timed)}")
+    if not MIN_PAIRS <= args.pairs <= (10**6 if args.from_dirs else args.rounds):
+        raise GateError(f"--pairs {args.pairs} must be between {MIN_PAIRS} and --rounds"
+                        f" {args.rounds}")
+    conditions = {"A": (), "A/A": ()} | {
+        f"+{s * 100:g}%": (f"engine.inject_slowdown={s}",) for s in args.slowdowns}
+    if args.from_dirs:
+        out = args.from_dirs[0]
+        values = {name: [] for name in conditions}
+        for folder in args.from_dirs:
+            for name, runs in measured(folder, list(conditions)).items():
+                values[name] += runs
+        args.rounds = len(values["A"])
+        if args.rounds < args.pairs:
+            raise GateError(f"{out} holds {args.rounds} complete rounds, fewer than --pairs"
+                            f" {args.pairs}")
+    else:
+        root = repo_root(Path.cwd())
+        side = Side("head", root, None, f"working tree at {resolve_commit(root, 'HEAD')[:12]}")
+        stamp = datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
+        out = fresh_folder(args.out or Path("reports/calibrate") / stamp)
+        values = measure(side, args.overrides or list(DEFAULT_BENCHMARK), conditions,
+                         args.rounds, out)
+    report = judge_conditions(values, figure.name, args)
+    report["machine"] = describe(machine_facts(load_job(out / "round0-a")))
+    print_report(report, args)
+    (out / "calibrate.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    return 0
+
+
+def measure(side: Side, overrides: list[str], conditions: dict[str, tuple[str, ...]],
+            rounds: int, out: Path) -> dict[str, list[dict[str, float]]]:
+    """Every timed figure of every run, per condition, one entry per round."""
+    names = list(conditions)
+    figures = [f for f in FIGURES.values() if f.timed]
+    values: dict[str, list[dict[str, float]]] = {name: [] for name in names}
+    for r in range(rounds):
+        order = names[r % len(names):] + names[:r % len(names)]
+        print(f"round {r + 1}/{rounds}: {' '.join(order)}", flush=True)
+        for name in order:
+            folder = out / f"round{r}-{_slug(name)}"
+            job = run_once(side, [*overrides, *conditions[name]], folder)
+            values[name].append(read_figures(job, readable([job], figures)[0]))
+    return values
+
+
+def measured(out: Path, names: list[str]) -> dict[str, list[dict[str, float]]]:
+    """The figures of every complete round (a run folder per condition) left in `out`."""
+    if not out.is_dir():
+        raise GateError(f"calibration folder not found: {out}")
+    figures = [f for f in FIGURES.values() if f.timed]
+    values: dict[str, list[dict[str, float]]] = {name: [] for name in names}
+    r = 0
+    while all((out / f"round{r}-{_slug(n)}" / "summary.json").is_file() for n in names):
+        for name in names:
+            job = load_job(out / f"round{r}-{_slug(name)}")
+            values[name].append(read_figures(job, readable([job], figures)[0]))
+        r += 1
+    if r == 0:
+        raise GateError(f"{out} holds no complete round of runs ({', '.join(names)})")
+    return values
+
+
+def judge_conditions(values: dict[str, list[dict[str, float]]], figure_name: str,
+                     args: argparse.Namespace) -> dict:
+    figure = figure_named(figure_name)
+    if any(figure_name not in v for runs in values.values() for v in runs):
+        raise GateError(f"some runs do not report {figure_name}")
+    base = [v[figure_name] for v in values["A"]]
+    rng = np.random.default_rng(args.seed)
+    draws = [sorted(rng.choice(args.rounds, size=args.pairs, replace=False).tolist())
+             for _ in range(args.trials)]
+    rows = {}
+    for name, runs in values.items():
+        if name == "A":
+            continue
+        head = [v[figure_name] for v in runs]
+        caught = sum(judge_figure(figure, [base[i] for i in d], [head[i] for i in d],
+                                  args.tolerance).verdict == REGRESSION for d in draws)
+        whole = judge_figure(figure, base, head, args.tolerance)
+        rows[name] = {"flagged": caught, "trials": args.trials, "change": whole.point,
+                      "low": whole.low, "high": whole.high}
+    log_ratios = [math.log(h / b) for b, h in zip(base, [v[figure_name] for v in values["A/A"]],
+                                                   strict=True)]
+    spread = float(np.std(log_ratios, ddof=1))
+    detected = [s for s in args.slowdowns if rows[f"+{s * 100:g}%"]["flagged"] >= POWER * args.trials]
+    return {
+        "figure": figure_name, "rounds": args.rounds, "pairs": args.pairs,
+        "trials": args.trials, "tolerance": args.tolerance, "conditions": rows,
+        "aa_log_ratio_std": spread,
+        "smallest_detected": min(detected) if detected else None,
+        # Normal approximation: the effect whose 95% lower bound clears the tolerance 95% of the time.
+        "smallest_detected_model": math.expm1(
+            math.log1p(args.tolerance) + 2 * _Z95 * spread / math.sqrt(_HL_EFFICIENCY * args.pairs)),
+    }
+
+
+def print_report(report: dict, args: argparse.Namespace) -> None:
+    print(f"\n{report['figure']}: {args.pairs} pairs per gate run, tolerance"
+          f" {args.tolerance * 100:g}%, {args.trials} gate runs per condition drawn from"
+          f" {args.rounds} rounds")
+    print(f"{'condition':<10} {'flagged':>9}  measured change over all rounds")
+    for name, row in report["conditions"].items():
+        what = "false alarms" if name == "A/A" else "detected"
+        print(f"{name:<10} {row['flagged']:>3}/{row['trials']:<5} {change_text(row['change'])}"
+              f" ({change_text(row['low'])} .. {change_text(row['high'])})  {what}")
+    smallest = report["smallest_detected"]
+    print(f"A/A log-ratio spread (std) {report['aa_log_ratio_std'] * 100:.2f}%")
+    print("smallest injected slowdown detected at 95% power: "
+          + (f"{smallest * 100:g}%" if smallest is not None else "none of those tried")
+          + f" (normal model from the A/A spread: {report['smallest_detected_model'] * 100:.1f}%)")
+    print(f"machine: {report['machine']}")
+
+
+def _slug(name: str) -> str:
+    return {"A": "a", "A/A": "aa"}.get(name) or "slow" + name.strip("+%")
+

@@ -1,0 +1,101 @@
+"""The two sides of an A/B comparison and the interleaved runs of the same benchmark on each.
+
+Each side runs its own code: `python -m llmperf` with the side's tree first on PYTHONPATH
+and as the working directory, one process per run, so nothing of one side's import, warm
+caches or allocator state leaks into the other. Pairs alternate their order (A B, B A,
+A B, ...), so a drift of the machine over the job lands on both sides alike.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from llmperf.gate.errors import GateError
+from llmperf.gate.runs import Job, load_job
+
+# The benchmark of one run: a fixed, seeded offline workload on the tiny preset. About 1.5 s of
+# measured load, over 100 decode steps of 16 sequences; the gated figures leave startup out.
+DEFAULT_BENCHMARK: tuple[str, ...] = (
+    "scenario=offline",
+    "model=tiny",
+    "engine=reference",
+    "engine.batching=continuous",
+    "engine.max_num_seqs=16",
+    "scenario.num_requests=32",
+    "scenario.prompt_tokens.value=64",
+    "scenario.output_tokens.value=96",
+    "scenario.validity.min_duration_s=0.5",
+    "scenario.validity.min_completed=32",
+    "telemetry.enabled=false",
+)
+RUN_TIMEOUT_S = 600
+
+
+@dataclass(frozen=True)
+class Side:
+    role: str  # "base" or "head"
+    root: Path  # the tree whose code runs
+    commit: str | None  # None: a working tree with uncommitted changes counted in
+    label: str  # for tables: "base 2eca816" / "head (working tree at 2eca816)"
+
+
+def run_once(side: Side, overrides: Sequence[str], folder: Path) -> Job:
+    """One llmperf run of `side` into `folder`; GateError with the run's last error line."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, (str(side.root), env.get("PYTHONPATH"))))
+    command = [sys.executable, "-m", "llmperf", *overrides, "report.enabled=false",
+               f"hydra.run.dir={folder}"]
+    try:
+        out = subprocess.run(command, cwd=side.root, env=env, capture_output=True, text=True,
+                             timeout=RUN_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        raise GateError(f"the {side.label} run took over {RUN_TIMEOUT_S} s: {folder}") from None
+    if out.returncode != 0:
+        lines = (out.stderr.strip() or out.stdout.strip() or "no output").splitlines()
+        raise GateError(f"the {side.label} run failed (exit {out.returncode}): {lines[-1]}")
+    return load_job(folder)
+
+
+Pair = tuple[Job, Job]  # (base, head)
+
+
+def fresh_folder(out: Path) -> Path:
+    """`out` made absolute (each side runs in its own tree), checked to hold nothing yet: runs
+    are never mixed with an earlier job's files."""
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise GateError(f"{out} already exists and is not empty; give a new --out folder")
+    return out.resolve()
+
+
+@contextlib.contextmanager
+def terminated_as_exit() -> Iterator[None]:
+    """SIGTERM (a CI timeout, `kill`) unwinds like Ctrl-C, so temporary worktrees are removed."""
+    previous = signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def run_pairs(base: Side, head: Side, overrides: Sequence[str], num_pairs: int, out: Path,
+              head_overrides: Sequence[str] = (),
+              on_run: Callable[[int, Side], None] | None = None) -> list[Pair]:
+    """`num_pairs` pairs, A B then B A alternately; run folders out/pairN-base, out/pairN-head."""
+    pairs = []
+    for i in range(num_pairs):
+        order = (base, head) if i % 2 == 0 else (head, base)
+        jobs = {}
+        for side in order:
+            if on_run is not None:
+                on_run(i, side)
+            extra = head_overrides if side is head else ()
+            jobs[side.role] = run_once(side, [*overrides, *extra], out / f"pair{i}-{side.role}")
+        pairs.append((jobs["base"], jobs["head"]))
+    return pairs
