@@ -31,14 +31,15 @@ def test_synthetic_stream_with_a_known_split_gives_exact_counts_and_first_token_
         # The first token of any kind is the first reasoning token; the first answer token
         # is the token after the last reasoning one, REASONING steps later.
         assert r.first_answer_token_s == r.token_times_s[REASONING]
+        assert r.first_token_s == r.token_times_s[0]
+        # REASONING decode steps of TPOT_S each (a busy machine can only stretch them).
         answer_gap_s = r.first_answer_token_s - r.first_token_s
-        assert answer_gap_s == pytest.approx(REASONING * TPOT_S, abs=0.004)
+        assert 0.9 * REASONING * TPOT_S <= answer_gap_s < 3 * REASONING * TPOT_S
     summary = compute_metrics(records, SloConfig())
     assert summary["reasoning_tokens_total"] == 4 * REASONING
     assert summary["answer_tokens_total"] == 4 * (OUTPUT - REASONING)
-    assert summary["ttft_answer_s"]["mean"] == pytest.approx(
-        summary["ttft_s"]["mean"] + REASONING * TPOT_S, abs=0.004
-    )
+    by_hand = sum(r.first_answer_token_s - r.arrival_s for r in records) / len(records)
+    assert summary["ttft_answer_s"]["mean"] == pytest.approx(by_hand, rel=1e-9)
 
 
 def test_without_reasoning_the_first_answer_token_is_the_first_token():

@@ -15,8 +15,8 @@ from statistics import median
 
 from llmperf.gate.ab_figures import Figure
 from llmperf.gate.compare import IMPROVED, PASS, REGRESSION, WITHIN_NOISE
-from llmperf.measure.catalog import HIGHER
 from llmperf.gate.paired import paired_change
+from llmperf.measure.catalog import HIGHER
 
 _SLACK = 1e-9  # a change of exactly the tolerance passes
 
