@@ -132,6 +132,11 @@ def _declare() -> list[Metric]:
            " event loop wakes a 10 ms sleeper, probed throughout the measured phase: a busy"
            " client delays sends and stamps receipts late alike",
            "llmperf/run/runner.py:summarize", "latency_detail", distribution=True),
+        _m("pool_wait_s", "connection-pool wait", "s", LOWER, "handed to the HTTP client −"
+           " started on a connection of its pool (opening one, or writing on a kept-alive one),"
+           " every measured request of an HTTP engine: the queue the client adds when"
+           " `engine.max_connections` is below the requests in flight; null for in-process"
+           " engines", REQUEST_FIGURES, "latency_detail", distribution=True),
         _m("output_throughput_tps", "output throughput", "tok/s", HIGHER,
            "output tokens of completed requests / `duration_s`", REQUEST_FIGURES, thr),
         _m("total_throughput_tps", "total throughput", "tok/s", HIGHER,

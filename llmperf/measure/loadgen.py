@@ -318,6 +318,7 @@ class LoadGenerator:
                             self._note_first_token(request, arrival_s, last_event_s)
                         record.token_times_s.append(last_event_s)
                         _note_chunk(record, len(event.token_ids))
+                        _note_choice(record, event.choice)
                         record.output_tokens += len(event.token_ids)
                         output_ids.extend(event.token_ids)
                         if event.reasoning:
@@ -329,8 +330,12 @@ class LoadGenerator:
                         record.error = event.error
                         record.input_tokens = event.num_prompt_tokens or record.input_tokens
                         record.output_tokens = event.num_output_tokens or record.output_tokens
+                        record.response = event.response
+                        record.pool_wait_s = event.pool_wait_s
                         if event.error is None:
                             record.token_count_source = event.token_count_source or "engine"
+                            if event.response != "stream":  # the whole answer came now
+                                self._note_first_token(request, arrival_s, last_event_s)
                         break
             finally:
                 aclose = getattr(stream, "aclose", None)
@@ -357,14 +362,15 @@ class LoadGenerator:
             self.detector.on_first_token(arrival_s - start_s, received_s - start_s)
 
     def _close(self, record: RequestRecord, last_event_s: float) -> None:
-        if self.detector is not None and not record.warmup and not record.token_times_s:
+        answered = record.response != "stream" and record.error is None
+        if self.detector is not None and not record.warmup and not record.token_times_s and not answered:
             self.detector.on_end_without_token()
         times = record.token_times_s
         record.first_token_s = times[0] if times else None
         record.end_s = times[-1] if times else last_event_s
         # Every request asks for at least one token; a clean end without one gave the
         # user nothing, and must not count toward throughput or goodput.
-        if record.error is None and record.output_tokens == 0:
+        if record.error is None and record.output_tokens == 0 and record.response != "embedding":
             record.error = EMPTY_OUTPUT
         self.on_record(record)
 
@@ -409,6 +415,13 @@ def _note_chunk(record: RequestRecord, num_tokens: int) -> None:
         record.chunk_tokens.append(num_tokens)
     elif num_tokens > 1:  # the first multi-token chunk: the earlier ones held one token each
         record.chunk_tokens = [1] * (len(record.token_times_s) - 1) + [num_tokens]
+
+
+def _note_choice(record: RequestRecord, choice: int) -> None:
+    if record.token_choices is not None:
+        record.token_choices.append(choice)
+    elif choice:  # the first token of another choice: the earlier ones were choice 0
+        record.token_choices = [0] * (len(record.token_times_s) - 1) + [choice]
 
 
 def _handle_sigint(loop: asyncio.AbstractEventLoop, callback: Callable[[], None]) -> bool:

@@ -39,10 +39,12 @@ class ValidityConfig:
     max_error_rate: float = option(0.01, "failed / measured requests may be at most this, in [0, 1]")
     max_dispatch_lag_p99_s: float = option(0.05, "past it the client, not the engine, set the pace")
     max_loop_lag_p99_s: float = option(0.05, "the load generator's event loop may wake at most this late (p99)")
+    max_pool_wait_p99_s: float = option(0.01, "an HTTP request may wait at most this long for a pooled connection (p99)")
 
     def __post_init__(self) -> None:
         check_positive(self, "min_duration_s", "min_completed", allow_none=False, strict=False)
-        check_positive(self, "max_dispatch_lag_p99_s", "max_loop_lag_p99_s", allow_none=False)
+        check_positive(self, "max_dispatch_lag_p99_s", "max_loop_lag_p99_s", "max_pool_wait_p99_s",
+                       allow_none=False)
         if not 0.0 <= self.max_error_rate <= 1.0:
             raise ConfigError("max_error_rate", self.max_error_rate, "must be in [0, 1]")
 
