@@ -62,9 +62,10 @@ from llmperf.measure.metrics import (
     ttft_s,
 )
 from llmperf.measure.records import RecordWriter, RequestRecord
-from llmperf.measure.saturation import SaturationDetector
+from llmperf.measure.saturation import SaturationConfig, SaturationDetector
 from llmperf.measure.summary import Summary
 from llmperf.measure.validity import check_validity
+from llmperf.measure.workers import WorkerPool
 from llmperf.perf.cost import cost_summary
 from llmperf.perf.footprint import device_of, footprint
 from llmperf.perf.prediction import prediction_summary
@@ -220,36 +221,71 @@ def drive_load(run: Run) -> None:
 
         scrape_soon = run.scraper.scrape_soon if run.scraper is not None else (lambda: None)
         concurrency = scenario.arrival.concurrency if run.workload.closed_loop else None
-        detector = None
-        if scenario.saturation.enabled and concurrency is None:
-            detector = SaturationDetector(scenario.saturation)
-        loadgen = LoadGenerator(
-            run.engine,
-            on_record,
-            saturation=detector,
-            record_tokens=scenario.record_tokens,
-            on_measure_start=scrape_soon,
-        )
-        if run.server is not None:
-            stack.enter_context(run.server.watched(loadgen.stop_sending))
-        sessions = None
-        if run.workload.has_sessions:
-            sessions = SessionLoad(
-                run.workload.sessions(),
-                run.workload.sampling,
-                scenario.sessions.max_concurrent,
-                scenario.sessions.max_context_tokens or context_tokens(run),
+        saturation = scenario.saturation if scenario.saturation.enabled and concurrency is None else None
+        if scenario.client.workers > 1:
+            pool = WorkerPool(
+                scenario.client.workers,
+                run.config.engine.with_model(run.config.model),
+                run.config.engine.model_for(run.config.model),
+                on_record,
+                saturation=saturation,
+                record_tokens=scenario.record_tokens,
+                on_measure_start=scrape_soon,
             )
-        requests = () if sessions else run.workload.requests()
-        run.load = asyncio.run(
-            loadgen.run(warmup, requests, concurrency, scenario.duration_s, sessions=sessions)
-        )
+            if run.server is not None:
+                stack.enter_context(run.server.watched(pool.stop_sending))
+            run.load = pool.run(warmup, scheduled_requests(run), concurrency, scenario.duration_s)
+        else:
+            run.load = drive_in_process(run, warmup, on_record, saturation, concurrency, scrape_soon, stack)
     if run.collector is not None:  # stopped now: its samples move onto the records' clock
         run.collector.rebase(run.load.origin_perf_counter_s)
     if run.scraper is not None:
         run.scraper.rebase(run.load.origin_perf_counter_s)
     if run.load.saturation is not None:
         run.console.print(f"[bold red]stopped early: {run.load.saturation.describe()}[/]")
+
+
+def drive_in_process(
+    run: Run,
+    warmup: list,
+    on_record: Callable[[RequestRecord], None],
+    saturation: SaturationConfig | None,
+    concurrency: int | None,
+    scrape_soon: Callable[[], None],
+    stack: contextlib.ExitStack,
+) -> LoadResult:
+    scenario = run.config.scenario
+    loadgen = LoadGenerator(
+        run.engine,
+        on_record,
+        saturation=SaturationDetector(saturation) if saturation is not None else None,
+        record_tokens=scenario.record_tokens,
+        on_measure_start=scrape_soon,
+    )
+    if run.server is not None:
+        stack.enter_context(run.server.watched(loadgen.stop_sending))
+    sessions = None
+    if run.workload.has_sessions:
+        sessions = SessionLoad(
+            run.workload.sessions(),
+            run.workload.sampling,
+            scenario.sessions.max_concurrent,
+            scenario.sessions.max_context_tokens or context_tokens(run),
+        )
+    requests = () if sessions else run.workload.requests()
+    return asyncio.run(
+        loadgen.run(warmup, requests, concurrency, scenario.duration_s, sessions=sessions)
+    )
+
+
+def scheduled_requests(run: Run) -> list:
+    """The measured requests, precomputed to be split over workers: a schedule bounded only by
+    duration_s ends at the first arrival past it."""
+    requests = run.workload.requests()
+    duration_s = run.config.scenario.duration_s
+    if duration_s is not None and not run.workload.closed_loop:
+        requests = itertools.takewhile(lambda r: r.arrival_s < duration_s, requests)
+    return list(requests)
 
 
 def write_step_stats(run: Run) -> None:
