@@ -189,3 +189,27 @@ def test_requests_beyond_the_connection_pool_wait_for_it_and_the_client_says_so(
     assert not check.ok and "connection-pool wait p99" in check.detail
     unlimited = drive(synthetic, requests(8, max_tokens=10, gap_s=0.0), max_connections=16)
     assert max(r.pool_wait_s for r in unlimited) < 0.03
+
+
+def test_a_shared_prefix_run_against_a_server_reports_its_measured_reuse_beside_the_expected(
+    tmp_path,
+):
+    """llmperf-serve over the reference engine with prefix caching: 3 groups sharing 96 tokens
+    (6 blocks), arriving 8/s so each group's first request is cached before the next comes.
+    21 of 24 requests find their 96 tokens cached, by the server's own counter."""
+    server = build_server({"model": "tiny", "enable_prefix_caching": True, "max_num_seqs": 8,
+                           "num_kv_blocks": 256, "max_model_len": 256})
+    with ServerThread(build_app(server)) as running:
+        s = run_over_http(
+            tmp_path, running.base_url, "engine.model=tiny", "engine.prompt_format=token_ids",
+            "engine.metrics_url=null", "engine.metrics_interval_s=0.2",
+            "scenario.arrival.process=constant", "scenario.arrival.rate_rps=8",
+            "scenario.num_requests=24", "scenario.prompt_tokens.value=24",
+            "scenario.output_tokens.value=4", "scenario.prefix.groups=3",
+            "scenario.prefix.length=96")
+    assert s["server_view"] == "complete" and s["num_completed"] == 24
+    assert s["input_tokens_total"] == 24 * 120
+    assert s["prefix_cache_hit_rate_expected"] == pytest.approx(21 * 96 / (24 * 120))
+    assert s["prefix_cache_hit_source"] == "server /metrics"
+    assert s["prefix_cache_hit_tokens"] == s["server_prefix_cache_hits_tokens"] == 21 * 96
+    assert s["prefix_cache_hit_rate"] == pytest.approx(21 * 96 / (24 * 120))

@@ -184,11 +184,13 @@ def _declare() -> list[Metric]:
            " can serve (whole blocks of the prefix an earlier request sent) ÷ all prompt tokens",
            SESSIONS, "sessions"),
         _m("prefix_cache_hit_rate", "prefix-cache hit rate", "fraction", HIGHER, "prompt"
-           " tokens the engine's own counter served from its prefix cache ÷ all prompt tokens"
-           " (reference engine)", PREFIX_HITS, "sessions"),
-        _m("prefix_cache_hit_tokens", "prefix-cache hit tokens", "tokens", NEITHER,
-           "prompt tokens the engine served from its prefix cache in the measured window",
+           " tokens served from the prefix cache ÷ all prompt tokens: the engine's own counter"
+           " (reference engine), else the server's prefix-cache hits counter over the measured"
+           " window (/metrics: `vllm:prefix_cache_hits`); `prefix_cache_hit_source` says which",
            PREFIX_HITS, "sessions"),
+        _m("prefix_cache_hit_tokens", "prefix-cache hit tokens", "tokens", NEITHER,
+           "prompt tokens the engine (or the server, by its counter) served from its prefix"
+           " cache in the measured window", PREFIX_HITS, "sessions"),
         _m("saturated_at_rps", "saturated at", "req/s", NEITHER, "the offered rate at which"
            " the engine's queue grew without bound and the run stopped early (open loop with"
            " `scenario.saturation.enabled`)", "llmperf/run/runner.py:saturation_summary", thr),

@@ -15,9 +15,10 @@
     write_telemetry    telemetry.csv, on the records' clock
     write_server_metrics  server_metrics.csv, on the records' clock
     summarize          the figures from the records and the config objects
-    add_prefix_cache_figures  the engine's measured prefix-cache hit rate beside the expected one
     add_server_figures the server's figures over the measured window, and the client
                        latency split into server queue, prefill, decode and overhead
+    add_prefix_cache_figures  the measured prefix-cache hit rate (the engine's counter, else
+                       the server's) beside the expected one
     add_hardware_figures  telemetry peaks and energy, roofline MBU/MFU, cost per token
     judge_validity     the validity checks over the whole summary
     write_summary      summary.json and the table on the console
@@ -382,15 +383,23 @@ def model_label(run: Run) -> str:
 
 
 def add_prefix_cache_figures(run: Run) -> None:
-    """The measured prefix-cache hit rate, from the engine's own counter (its steps), beside
-    the expected one; engines that count nothing leave it out."""
+    """The measured prefix-cache hit rate beside the expected one: from the engine's own
+    counter (its steps), else from the server's prefix-cache hits counter over the measured
+    window (/metrics: vLLM's `vllm:prefix_cache_hits`, llmperf-serve's); engines that count
+    nothing leave it out. `prefix_cache_hit_source` says which."""
     s = run.summary
-    steps = measured_steps(run)
-    if "prefix_cache_hit_rate_expected" not in s or not steps or not s["input_tokens_total"]:
+    if "prefix_cache_hit_rate_expected" not in s or not s["input_tokens_total"]:
         return
-    hits = sum(step.prefix_cache_hit_tokens for step in steps)
+    steps = measured_steps(run)
+    if steps:
+        hits, source = sum(step.prefix_cache_hit_tokens for step in steps), "engine steps"
+    elif s.get("server_prefix_cache_hits_tokens") is not None:
+        hits, source = s["server_prefix_cache_hits_tokens"], "server /metrics"
+    else:
+        return
     s["prefix_cache_hit_tokens"] = hits
     s["prefix_cache_hit_rate"] = hits / s["input_tokens_total"]
+    s["prefix_cache_hit_source"] = source
 
 
 def add_hardware_figures(run: Run) -> None:
@@ -512,8 +521,8 @@ STAGES: list[Callable[[Run], None]] = [
     write_telemetry,
     write_server_metrics,
     summarize,
-    add_prefix_cache_figures,
     add_server_figures,
+    add_prefix_cache_figures,
     add_hardware_figures,
     judge_validity,
     write_summary,
