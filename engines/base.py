@@ -21,6 +21,9 @@ SEED_RANGE = (-(2**63), 2**64 - 1)  # what torch's generators take
 # per "token", when nothing better is known (not the model's tokens).
 TOKEN_COUNT_SOURCES = ("engine", "server usage", "tokenizer", "bytes")
 DEFAULT_MAX_MODEL_LEN = 4096  # context positions served when none is asked for
+# How a response came: streamed token by token; whole (stream: false: one body at the end,
+# so no token times); an embedding (no output tokens at all).
+RESPONSES = ("stream", "whole", "embedding")
 
 
 @dataclass
@@ -122,6 +125,11 @@ class TokenEvent:
     reasoning: bool = False  # the tokens are reasoning (thinking) content, not the answer
     # final event: one of TOKEN_COUNT_SOURCES; None: "engine", the engine counted its own ids
     token_count_source: str | None = None
+    choice: int = 0  # which of the request's n choices the tokens belong to (OpenAI's `index`)
+    response: str = "stream"  # final event: one of RESPONSES
+    # final event: seconds the request waited for a connection from the client's pool
+    # (HTTP engines); None: the engine has no pool
+    pool_wait_s: float | None = None
 
 
 @dataclass
@@ -205,6 +213,9 @@ class EngineCapabilities:
     kv_stats: bool = False  # kv: a KV cache with num_blocks, block_size and num_free_blocks
     scheduler: bool = False  # scheduler: running and waiting sequences
     liveness: bool = False  # is_alive(): False once the engine's loop thread has died
+    # Built again from its options in another process, it reaches the same server: the load
+    # can be split over worker processes (scenario.client.workers)
+    multiprocess: bool = False
 
 
 @runtime_checkable

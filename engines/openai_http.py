@@ -16,7 +16,16 @@ token); nothing raises into the caller.
 Chunks and tokens: servers send about one token per chunk, but not always its
 text (a partial character, a special token), so each chunk counts as one token
 arrival. Its `token_ids` are the local tokenizer's ids for the chunk's text, or
-`(UNKNOWN_TOKEN_ID,)` when the text is empty.
+`(UNKNOWN_TOKEN_ID,)` when the text is empty. With `n` > 1 each event carries its choice's
+`index` (`TokenEvent.choice`), and the usage counts every choice's tokens.
+
+Whole responses (`stream=False`) and embeddings deliver only the final event (`response`
+"whole" or "embedding"): no token times, so no TTFT or ITL, and counts from `usage`.
+
+Connection-pool wait: each request's time from being handed to httpx until it starts on a
+connection (httpcore's first trace event: opening a connection, or writing the request on a
+kept-alive one) is `TokenEvent.pool_wait_s` on its final event; with fewer
+`max_connections` than requests in flight it is the queue the client itself adds.
 """
 
 from __future__ import annotations
@@ -38,6 +47,7 @@ from engines.reference.tokenizer import BYTE_OFFSET, ByteTokenizer, HFTokenizer
 from engines.served_model import served_model
 
 UNKNOWN_TOKEN_ID = -1  # a chunk whose text is empty: a token arrived, its id is not known
+ENDPOINT_PATHS = {"completions": "completions", "chat": "chat/completions", "embeddings": "embeddings"}
 STOP_TIMEOUT_S = 10.0
 MAX_ERROR_CHARS = 500
 
@@ -53,7 +63,7 @@ class OpenAIEngine:
     """
 
     name = "openai"
-    capabilities = EngineCapabilities()
+    capabilities = EngineCapabilities(multiprocess=True)
 
     def __init__(self, model: str, options: OpenAIEngineConfig | None = None, **overrides: Any):
         opts = replace(options or OpenAIEngineConfig(), **overrides)
@@ -69,7 +79,9 @@ class OpenAIEngine:
         self.tokenizer_path = opts.tokenizer
         self.tokenizer: Tokenizer = load_client_tokenizer(opts.tokenizer)
         self.served = served_model(opts.model_config, opts.tokenizer, opts.precision)
-        self.url = f"{self.base_url}/{'chat/completions' if opts.endpoint == 'chat' else 'completions'}"
+        self.stream_responses = opts.stream
+        self.n, self.best_of = opts.n, opts.best_of
+        self.url = f"{self.base_url}/{ENDPOINT_PATHS[opts.endpoint]}"
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -119,6 +131,9 @@ class OpenAIEngine:
             "model": self.model,
             "base_url": self.base_url,
             "endpoint": self.endpoint,
+            "stream": self.stream_responses,
+            "n": self.n,
+            "best_of": self.best_of,
             "prompt_format": self.prompt_format,
             "tokenizer": self.tokenizer_path,
             "request_timeout_s": self.request_timeout_s,
@@ -195,14 +210,27 @@ class OpenAIEngine:
             final = state.end(time.perf_counter(), "error", f"{type(err).__name__}: {err}")
         finally:
             self._tasks.discard(task)
-        deliver(final)
+        deliver(replace(final, pool_wait_s=state.pool_wait_s, response=self.response_kind))
 
     async def _post(
         self, request: Request, state: _StreamState, deliver: Callable[[TokenEvent], None]
     ) -> None:
         headers = {"X-Request-Id": request.id}
+        sent_s = time.perf_counter()
+
+        async def trace(name: str, info: dict) -> None:  # httpcore's events, in order
+            if state.pool_wait_s is None:
+                state.pool_wait_s = time.perf_counter() - sent_s
+
+        body, extensions = self._body(request), {"trace": trace}
+        if not self.streaming:
+            response = await self._http.post(self.url, json=body, headers=headers, extensions=extensions)
+            if response.status_code >= 400:
+                raise ServerError(f"HTTP {response.status_code}: {error_message(response.content)}")
+            state.on_whole(response.json(), self.endpoint, time.perf_counter())
+            return
         async with self._http.stream(
-            "POST", self.url, json=self._body(request), headers=headers
+            "POST", self.url, json=body, headers=headers, extensions=extensions
         ) as response:
             if response.status_code >= 400:
                 raw = await response.aread()
@@ -218,16 +246,34 @@ class OpenAIEngine:
                 for event in state.on_chunk(json.loads(data), now, self.tokenizer):
                     deliver(event)
 
+    @property
+    def streaming(self) -> bool:
+        return self.stream_responses and self.endpoint != "embeddings"
+
+    @property
+    def response_kind(self) -> str:
+        """engines.base.RESPONSES: how this client's responses come."""
+        if self.endpoint == "embeddings":
+            return "embedding"
+        return "stream" if self.streaming else "whole"
+
     def _body(self, request: Request) -> dict[str, Any]:
         s = request.sampling
+        if self.endpoint == "embeddings":
+            return {"model": self.model, "input": self._prompt(request), "encoding_format": "float"}
         body: dict[str, Any] = {
             "model": self.model,
             "max_tokens": request.max_tokens,
             "temperature": s.temperature,
             "top_p": s.top_p,
-            "stream": True,
-            "stream_options": {"include_usage": True},
+            "stream": self.stream_responses,
         }
+        if self.stream_responses:
+            body["stream_options"] = {"include_usage": True}
+        if self.n != 1:
+            body["n"] = self.n
+        if self.best_of is not None:
+            body["best_of"] = self.best_of
         if s.top_k:
             body["top_k"] = s.top_k
         if s.seed is not None:
@@ -238,11 +284,14 @@ class OpenAIEngine:
             body["stop_token_ids"] = list(s.stop_token_ids)
         if self.endpoint == "chat":
             body["messages"] = [{"role": "user", "content": self._prompt_text(request)}]
-        elif self.prompt_format == "token_ids" and request.prompt_token_ids is not None:
-            body["prompt"] = list(request.prompt_token_ids)
         else:
-            body["prompt"] = self._prompt_text(request)
+            body["prompt"] = self._prompt(request)
         return body
+
+    def _prompt(self, request: Request) -> str | list[int]:
+        if self.prompt_format == "token_ids" and request.prompt_token_ids is not None:
+            return list(request.prompt_token_ids)
+        return self._prompt_text(request)
 
     def _prompt_text(self, request: Request) -> str:
         if request.prompt_text is not None:
@@ -256,6 +305,8 @@ class OpenAIEngine:
         usage = state.usage or {}
         num_output = usage.get("completion_tokens")
         num_prompt = usage.get("prompt_tokens")
+        if self.endpoint == "embeddings":
+            num_output = 0  # an embedding has no output tokens
         source = "server usage"
         if num_output is None or num_prompt is None:
             source = self.local_count_source
@@ -294,6 +345,7 @@ class _StreamState:
     finish_reason: str | None = None
     usage: dict[str, int] | None = None
     done: bool = False
+    pool_wait_s: float | None = None  # handed to httpx until it started on a connection
 
     def on_chunk(self, chunk: dict[str, Any], now: float, tokenizer: Tokenizer) -> list[TokenEvent]:
         if "error" in chunk:
@@ -302,21 +354,39 @@ class _StreamState:
             self.usage = chunk["usage"]
         events = []
         for choice in chunk.get("choices") or ():
+            index = choice.get("index") or 0
             text = choice_text(choice)
             self.finish_reason = choice.get("finish_reason") or self.finish_reason
             thought = reasoning_text(choice)
             if thought:
                 self.texts.append(thought)
                 ids = tuple(tokenizer.encode(thought)) or (UNKNOWN_TOKEN_ID,)
-                events.append(TokenEvent(self.request.id, ids, now, text=thought, reasoning=True))
+                events.append(TokenEvent(self.request.id, ids, now, text=thought, received_s=now,
+                                         reasoning=True, choice=index))
             if text is None:
                 continue
             self.texts.append(text)
             ids = tuple(tokenizer.encode(text)) if text else ()
-            events.append(
-                TokenEvent(self.request.id, ids or (UNKNOWN_TOKEN_ID,), now, text=text, received_s=now)
-            )
+            events.append(TokenEvent(self.request.id, ids or (UNKNOWN_TOKEN_ID,), now, text=text,
+                                     received_s=now, choice=index))
         return events
+
+    def on_whole(self, body: dict[str, Any], endpoint: str, now: float) -> None:
+        """A whole response: its choices' text (or its embedding) and usage."""
+        if "error" in body:
+            raise ServerError(f"error body: {error_message(json.dumps(body))}")
+        self.usage = body.get("usage") or None
+        self.done = True
+        if endpoint == "embeddings":
+            data = body.get("data") or []
+            if not data or not isinstance(data[0].get("embedding"), list):
+                raise ServerError("the response holds no embedding")
+            return
+        for choice in body.get("choices") or ():
+            message = choice.get("message") or {}
+            text = choice.get("text") if "text" in choice else message.get("content")
+            self.texts.append((message.get("reasoning_content") or "") + (text or ""))
+            self.finish_reason = choice.get("finish_reason") or self.finish_reason
 
     def end(self, now: float, reason: str, error: str | None) -> TokenEvent:
         """The final event of a response cut short: each chunk received counts as one token."""

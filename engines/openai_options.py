@@ -10,7 +10,7 @@ from engines.options import EngineConfig
 from llmperf.errors import ConfigError
 from llmperf.options import check_choice, check_positive, option
 
-ENDPOINTS = ("completions", "chat")
+ENDPOINTS = ("completions", "chat", "embeddings")
 PROMPT_FORMATS = ("text", "token_ids")
 
 
@@ -24,7 +24,10 @@ class OpenAIEngineConfig(EngineConfig):
     connect_timeout_s: float = option(10.0, "the most opening a connection may take")
     tokenizer: str | None = option(None, "local tokenizer.json (or its folder) for prompts and token counts; null: bytes")
     max_connections: int = option(1024, "keep-alive connections; at least the load's concurrency")
-    endpoint: str = option("completions", "completions (/v1/completions) or chat (/v1/chat/completions)")
+    endpoint: str = option("completions", "completions (/v1/completions), chat (/v1/chat/completions) or embeddings (/v1/embeddings: no output tokens)")
+    stream: bool = option(True, "false: whole responses (stream: false): E2E and usage token counts, no TTFT, TPOT or ITL")
+    n: int = option(1, "choices per request; output tokens count every choice, streams are told apart by index")
+    best_of: int | None = option(None, "completions: candidates the server generates per request (>= n); null: not sent")
     prompt_format: str = option("text", "text, or token_ids: exact prompt lengths on vLLM, SGLang, llmperf-serve")
     model_config: str | None = option(None, "the served model's shape (roofline): a preset or a folder with config.json; null: model.path, else the tokenizer's folder")
     precision: str | None = option(None, "the server's weights: fp32, bf16, fp16, int8 or fp8; null: config.json's torch_dtype, else bf16")
@@ -34,12 +37,19 @@ class OpenAIEngineConfig(EngineConfig):
 
     def __post_init__(self) -> None:
         check_positive(self, "request_timeout_s", "connect_timeout_s", "max_connections", "metrics_interval_s")
+        check_positive(self, "n", "best_of")
         check_choice("endpoint", self.endpoint, ENDPOINTS, "endpoint")
         check_choice("prompt_format", self.prompt_format, PROMPT_FORMATS, "prompt format")
         if self.endpoint == "chat" and self.prompt_format == "token_ids":
             raise ConfigError(
                 "prompt_format", self.prompt_format, "needs endpoint completions (chat takes messages)"
             )
+        if self.endpoint == "embeddings" and self.n != 1:
+            raise ConfigError("n", self.n, "an embedding has no choices (endpoint embeddings)")
+        if self.best_of is not None and self.endpoint != "completions":
+            raise ConfigError("best_of", self.best_of, "only endpoint completions takes best_of")
+        if self.best_of is not None and self.best_of < self.n:
+            raise ConfigError("best_of", self.best_of, f"must be at least n ({self.n})")
 
     def model_for(self, model: Any) -> str:
         return self.model or model.name

@@ -43,6 +43,7 @@ _OUTPUT_BYTES = np.frombuffer(b"abcdefghijklmnopqrstuvwxyz ", dtype=np.uint8)
 class SyntheticEngine:
     name = "synthetic"
     capabilities = EngineCapabilities()
+    max_model_len = 1 << 16  # no model, no context limit; what llmperf-serve admits
 
     def __init__(
         self, model: str = "synthetic", options: SyntheticEngineConfig | None = None, **overrides: Any

@@ -16,7 +16,7 @@ from tests.fakes import ScriptedEngine
 DECLARED = {
     "reference": EngineCapabilities(flush=True, step_stats=True, kv_stats=True, scheduler=True, liveness=True),
     "hf": EngineCapabilities(step_stats=True, liveness=True),
-    "openai": EngineCapabilities(),
+    "openai": EngineCapabilities(multiprocess=True),
     "synthetic": EngineCapabilities(),
 }
 METHODS = {"flush": "flush", "step_stats": "step_stats", "liveness": "is_alive"}

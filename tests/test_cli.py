@@ -78,6 +78,17 @@ BAD_INPUTS = {
         ["-m", "scenario.arrival.rate_rps=interval(1,2)"],
         ["scenario.arrival.rate_rps=interval(1,2)", "range("],
     ),
+    "zero load workers": (["scenario.client.workers=0"], ["scenario.client.workers=0", "> 0"]),
+    "negative load workers": (["scenario.client.workers=-2"], ["scenario.client.workers=-2", "> 0"]),
+    "load workers on an in-process engine": (
+        ["engine=synthetic", "scenario.client.workers=2"],
+        ["scenario.client.workers=2", "reachable from several processes (engine=openai)",
+         "synthetic runs in this process"],
+    ),
+    "load workers for sessions": (
+        ["engine=openai", "scenario=multiturn", "scenario.client.workers=2"],
+        ["scenario.client.workers=2", "multi-turn sessions run in one process"],
+    ),
     "unknown flag": (["--no-such-flag"], ["unrecognized arguments: --no-such-flag"]),
     "bad --cfg choice": (["--cfg", "nope"], ["--cfg", "'nope'", "job"]),
 }

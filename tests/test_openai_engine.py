@@ -402,8 +402,16 @@ def test_client_tokenizer_takes_its_vocab_size_from_the_file_and_eos_from_config
 
 
 def test_bad_options_name_the_valid_choices():
-    with pytest.raises(ValueError, match="valid: completions, chat"):
-        OpenAIEngine(model="m", endpoint="embeddings")
+    with pytest.raises(ValueError, match="valid: completions, chat, embeddings"):
+        OpenAIEngine(model="m", endpoint="rerank")
+    with pytest.raises(ValueError, match="n=2: an embedding has no choices"):
+        OpenAIEngine(model="m", endpoint="embeddings", n=2)
+    with pytest.raises(ValueError, match="best_of=2: only endpoint completions takes best_of"):
+        OpenAIEngine(model="m", endpoint="chat", best_of=2)
+    with pytest.raises(ValueError, match=r"best_of=2: must be at least n \(3\)"):
+        OpenAIEngine(model="m", n=3, best_of=2)
+    with pytest.raises(ValueError, match="n=0: must be > 0"):
+        OpenAIEngine(model="m", n=0)
     with pytest.raises(ValueError, match="valid: text, token_ids"):
         OpenAIEngine(model="m", prompt_format="bytes")
     with pytest.raises(ValueError, match="request_timeout_s=0: must be > 0"):

@@ -198,7 +198,8 @@ BAD_REQUESTS = [
         "number",
     ),
     ("completions", {"model": "tiny", "prompt": "hi", "top_p": 0}, 400, "top_p", "(0, 1]"),
-    ("completions", {"model": "tiny", "prompt": "hi", "n": 2}, 400, "n", "n=1"),
+    ("completions", {"model": "tiny", "prompt": "hi", "n": 2, "best_of": 3}, 400, "best_of", "best_of must equal n"),
+    ("completions", {"model": "tiny", "prompt": "hi", "n": 0}, 400, "n", "n must be >= 1"),
     (
         "completions",
         {"model": "tiny", "prompt": "hi", "stream": "yes"},
@@ -512,9 +513,9 @@ def test_cli_reads_overrides_in_the_config_tree_names():
     )
 
 
-@pytest.mark.parametrize("engine_name", ["openai", "synthetic", "nope"])
+@pytest.mark.parametrize("engine_name", ["openai", "nope"])
 def test_build_server_refuses_an_engine_it_cannot_serve_naming_the_valid_ones(engine_name):
-    message = f"engine='{engine_name}' cannot be served.*valid: reference, hf$"
+    message = f"engine='{engine_name}' cannot be served.*valid: reference, hf, synthetic$"
     with pytest.raises(ValueError, match=message):
         build_server({}, engine_name=engine_name)
 
@@ -523,7 +524,7 @@ def test_build_server_refuses_an_engine_it_cannot_serve_naming_the_valid_ones(en
     ("argv", "message"),
     [
         (["engine.bogus=1"], "engine.bogus"),
-        (["engine=openai"], "valid: reference, hf"),
+        (["engine=openai"], "valid: reference, hf, synthetic"),
         (["model=nope"], "model='nope': no such model; valid:"),
         (["port=http"], "port='http'"),
         (["tiny"], "malformed override 'tiny'"),

@@ -134,6 +134,11 @@ def _declare() -> list[Metric]:
            " event loop wakes a 10 ms sleeper, probed throughout the measured phase: a busy"
            " client delays sends and stamps receipts late alike",
            "llmperf/run/runner.py:summarize", "latency_detail", distribution=True),
+        _m("pool_wait_s", "connection-pool wait", "s", LOWER, "handed to the HTTP client −"
+           " started on a connection of its pool (opening one, or writing on a kept-alive one),"
+           " every measured request of an HTTP engine: the queue the client adds when"
+           " `engine.max_connections` is below the requests in flight; null for in-process"
+           " engines", REQUEST_FIGURES, "latency_detail", distribution=True),
         _m("output_throughput_tps", "output throughput", "tok/s", HIGHER,
            "output tokens of completed requests / `duration_s`", REQUEST_FIGURES, thr),
         _m("total_throughput_tps", "total throughput", "tok/s", HIGHER,
@@ -181,11 +186,13 @@ def _declare() -> list[Metric]:
            " can serve (whole blocks of the prefix an earlier request sent) ÷ all prompt tokens",
            SESSIONS, "sessions"),
         _m("prefix_cache_hit_rate", "prefix-cache hit rate", "fraction", HIGHER, "prompt"
-           " tokens the engine's own counter served from its prefix cache ÷ all prompt tokens"
-           " (reference engine)", PREFIX_HITS, "sessions"),
-        _m("prefix_cache_hit_tokens", "prefix-cache hit tokens", "tokens", NEITHER,
-           "prompt tokens the engine served from its prefix cache in the measured window",
+           " tokens served from the prefix cache ÷ all prompt tokens: the engine's own counter"
+           " (reference engine), else the server's prefix-cache hits counter over the measured"
+           " window (/metrics: `vllm:prefix_cache_hits`); `prefix_cache_hit_source` says which",
            PREFIX_HITS, "sessions"),
+        _m("prefix_cache_hit_tokens", "prefix-cache hit tokens", "tokens", NEITHER,
+           "prompt tokens the engine (or the server, by its counter) served from its prefix"
+           " cache in the measured window", PREFIX_HITS, "sessions"),
         _m("saturated_at_rps", "saturated at", "req/s", NEITHER, "the offered rate at which"
            " the engine's queue grew without bound and the run stopped early (open loop with"
            " `scenario.saturation.enabled`)", "llmperf/run/runner.py:saturation_summary", thr),

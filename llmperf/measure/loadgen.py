@@ -27,7 +27,7 @@ import contextlib
 import gc
 import signal
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 
 from engines.base import Engine, Request, SamplingParams, TokenEvent
@@ -68,6 +68,8 @@ class LoadGenerator:
         saturation: SaturationDetector | None = None,
         record_tokens: bool = False,
         on_measure_start: Callable[[], None] = lambda: None,
+        origin_perf_counter_s: float | None = None,
+        measure_at: Callable[[], Awaitable[float]] | None = None,
     ) -> None:
         self.engine = engine
         self.on_record = on_record
@@ -88,6 +90,10 @@ class LoadGenerator:
         # Engines that hold requests to form batches launch what waits when flushed.
         self._flush = engine.flush if engine.capabilities.flush else (lambda: None)
         self._origin_s = 0.0
+        # A worker of several (llmperf/measure/workers.py): the run's origin on this process's
+        # clock, and when the measured phase starts (awaited once the warmup is done).
+        self._given_origin_s = origin_perf_counter_s
+        self.measure_at = measure_at
         self._inflight: set[asyncio.Task] = set()
         self._phases: asyncio.Task | None = None
 
@@ -112,6 +118,9 @@ class LoadGenerator:
         gc.freeze()
         self._origin_s = time.perf_counter()
         origin_unix_s = time.time()
+        if self._given_origin_s is not None:
+            origin_unix_s -= self._origin_s - self._given_origin_s
+            self._origin_s = self._given_origin_s
         counts = {"measure_start_s": 0.0, "dispatched": 0}
         self._phases = loop.create_task(
             self._run_phases(warmup, requests, concurrency, duration_s, counts, sessions)
@@ -145,6 +154,12 @@ class LoadGenerator:
         """Stop sending and abort what is in flight (safe to call more than once)."""
         self.interrupted = True
         self._stop()
+
+    def stop_saturated(self, verdict: Saturation) -> None:
+        """Stop as this generator's own detector would (another worker's saw saturation)."""
+        if self.saturation is None:
+            self.saturation = verdict
+            self._stop()
 
     def stop_sending(self, reason: str) -> None:
         """Send nothing more; what is in flight ends on its own. Safe from any thread."""
@@ -183,7 +198,11 @@ class LoadGenerator:
             await asyncio.sleep(0)  # let them reach the engine
             self._flush()
             await asyncio.wait(tasks)  # not gather: stop_sending must not cancel them
-        counts["measure_start_s"] = start_s = self._measure_start_s = self._now()
+        start_s = self._now()
+        if self.measure_at is not None:  # the instant every worker starts at
+            start_s = await self.measure_at()
+            await self._sleep_until(start_s)
+        counts["measure_start_s"] = self._measure_start_s = start_s
         self.on_measure_start()
         probe = asyncio.get_running_loop().create_task(self._probe_loop_lag())
         try:
@@ -318,6 +337,7 @@ class LoadGenerator:
                             self._note_first_token(request, arrival_s, last_event_s)
                         record.token_times_s.append(last_event_s)
                         _note_chunk(record, len(event.token_ids))
+                        _note_choice(record, event.choice)
                         record.output_tokens += len(event.token_ids)
                         output_ids.extend(event.token_ids)
                         if event.reasoning:
@@ -329,8 +349,12 @@ class LoadGenerator:
                         record.error = event.error
                         record.input_tokens = event.num_prompt_tokens or record.input_tokens
                         record.output_tokens = event.num_output_tokens or record.output_tokens
+                        record.response = event.response
+                        record.pool_wait_s = event.pool_wait_s
                         if event.error is None:
                             record.token_count_source = event.token_count_source or "engine"
+                            if event.response != "stream":  # the whole answer came now
+                                self._note_first_token(request, arrival_s, last_event_s)
                         break
             finally:
                 aclose = getattr(stream, "aclose", None)
@@ -357,14 +381,15 @@ class LoadGenerator:
             self.detector.on_first_token(arrival_s - start_s, received_s - start_s)
 
     def _close(self, record: RequestRecord, last_event_s: float) -> None:
-        if self.detector is not None and not record.warmup and not record.token_times_s:
+        answered = record.response != "stream" and record.error is None
+        if self.detector is not None and not record.warmup and not record.token_times_s and not answered:
             self.detector.on_end_without_token()
         times = record.token_times_s
         record.first_token_s = times[0] if times else None
         record.end_s = times[-1] if times else last_event_s
         # Every request asks for at least one token; a clean end without one gave the
         # user nothing, and must not count toward throughput or goodput.
-        if record.error is None and record.output_tokens == 0:
+        if record.error is None and record.output_tokens == 0 and record.response != "embedding":
             record.error = EMPTY_OUTPUT
         self.on_record(record)
 
@@ -409,6 +434,13 @@ def _note_chunk(record: RequestRecord, num_tokens: int) -> None:
         record.chunk_tokens.append(num_tokens)
     elif num_tokens > 1:  # the first multi-token chunk: the earlier ones held one token each
         record.chunk_tokens = [1] * (len(record.token_times_s) - 1) + [num_tokens]
+
+
+def _note_choice(record: RequestRecord, choice: int) -> None:
+    if record.token_choices is not None:
+        record.token_choices.append(choice)
+    elif choice:  # the first token of another choice: the earlier ones were choice 0
+        record.token_choices = [0] * (len(record.token_times_s) - 1) + [choice]
 
 
 def _handle_sigint(loop: asyncio.AbstractEventLoop, callback: Callable[[], None]) -> bool:

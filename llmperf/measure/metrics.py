@@ -13,7 +13,11 @@ Definitions (vLLM `bench serve`, except that latencies start at the intended arr
   TTFT (answer) first answer token received - intended arrival; TTFT counts a token of any
                 kind, so with reasoning output the two differ by the thinking time
   reasoning / answer tokens  output tokens streamed as reasoning content / the rest
-Latencies use completed measured requests; dispatch lag uses every measured request.
+  pool wait     handed to the HTTP client - started on a connection of its pool
+n choices (OpenAI's `n`) stream side by side: ITL is taken within each choice, TPOT over the
+longest choice, output tokens count them all. A whole response (stream: false) or an
+embedding has no token times: no TTFT, TPOT or ITL (and no TTFT target to miss).
+Latencies use completed measured requests; dispatch lag and pool wait every measured request.
 The measured window runs from the first measured arrival to the last measured end;
 throughputs and goodput divide by its length.
 """
@@ -55,30 +59,51 @@ def e2e_s(r: RequestRecord) -> float:
     return r.end_s - r.arrival_s
 
 
+def choice_streams(r: RequestRecord) -> list[tuple[list[float], list[int]]]:
+    """Each choice's token times and the tokens of each of those events, choice by choice."""
+    tokens = r.chunk_tokens or [1] * len(r.token_times_s)
+    if r.token_choices is None:
+        return [(r.token_times_s, tokens)]
+    streams: dict[int, tuple[list[float], list[int]]] = {}
+    for t, n, c in zip(r.token_times_s, tokens, r.token_choices, strict=True):
+        times, counts = streams.setdefault(c, ([], []))
+        times.append(t)
+        counts.append(n)
+    return [streams[c] for c in sorted(streams)]
+
+
 def tpot_s(r: RequestRecord) -> float | None:
+    """With several choices, decode time per token of the longest one (they decode side by side)."""
     ttft = ttft_s(r)
-    if r.output_tokens < 2 or ttft is None:
+    tokens = r.output_tokens
+    if r.token_choices is not None:
+        tokens = max(sum(counts) for _, counts in choice_streams(r))
+    if tokens < 2 or ttft is None:
         return None
-    return (e2e_s(r) - ttft) / (r.output_tokens - 1)
+    return (e2e_s(r) - ttft) / (tokens - 1)
+
+
+def itl_s(r: RequestRecord) -> list[float]:
+    return [g for times, _ in choice_streams(r) for g in np.diff(times).tolist()]
 
 
 def itl_per_token_s(r: RequestRecord) -> list[float]:
-    gaps = np.diff(r.token_times_s)
-    if r.chunk_tokens is None:
-        return gaps.tolist()
-    return [g / n for g, n in zip(gaps, r.chunk_tokens[1:], strict=True) for _ in range(n)]
+    return [g / n for times, counts in choice_streams(r)
+            for g, n in zip(np.diff(times).tolist(), counts[1:], strict=True) for _ in range(n)]
 
 
 def meets_slo(r: RequestRecord, slo: SloConfig) -> bool:
     """A completed request meets the SLO when it meets each target that is set.
 
-    A one-token output has no TPOT, so it cannot miss a TPOT target.
+    A one-token output has no TPOT, so it cannot miss a TPOT target; a whole response or an
+    embedding has no TTFT, so it cannot miss a TTFT target.
     """
     if not r.ok:
         return False
     ttft, tpot = ttft_s(r), tpot_s(r)
+    streamed = r.response == "stream"
     return not (
-        (slo.ttft_s is not None and (ttft is None or ttft > slo.ttft_s))
+        (slo.ttft_s is not None and streamed and (ttft is None or ttft > slo.ttft_s))
         or (slo.tpot_s is not None and tpot is not None and tpot > slo.tpot_s)
         or (slo.e2e_s is not None and e2e_s(r) > slo.e2e_s)
     )
@@ -168,13 +193,14 @@ def compute_metrics(records: Iterable[RequestRecord], slo: SloConfig) -> dict[st
             [t for r in completed if (t := ttft_answer_s(r)) is not None]
         ),
         "tpot_s": distribution([t for r in completed if (t := tpot_s(r)) is not None]),
-        "itl_s": distribution([g for r in completed for g in np.diff(r.token_times_s)]),
+        "itl_s": distribution([g for r in completed for g in itl_s(r)]),
         "itl_per_token_s": distribution([g for r in completed for g in itl_per_token_s(r)]),
         "e2e_s": distribution([e2e_s(r) for r in completed]),
         "queue_s": distribution(
             [r.admitted_s - r.arrival_s for r in completed if r.admitted_s is not None]
         ),
         "dispatch_lag_s": distribution([r.dispatch_s - r.arrival_s for r in measured]),
+        "pool_wait_s": distribution([r.pool_wait_s for r in measured if r.pool_wait_s is not None]),
         "slo": {"ttft_s": slo.ttft_s, "tpot_s": slo.tpot_s, "e2e_s": slo.e2e_s},
         "num_slo_met": num_good,
         "goodput_rps": per_second(num_good),

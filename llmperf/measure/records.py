@@ -38,6 +38,12 @@ class RequestRecord:
     prompt_token_ids: list[int] | None = None  # with scenario.record_tokens only
     output_token_ids: list[int] | None = None
     token_count_source: str | None = None  # engines.base.TOKEN_COUNT_SOURCES; None: failed
+    # The choice (of n) each token_times_s event belongs to, kept only once one was not
+    # choice 0; null: all choice 0.
+    token_choices: list[int] | None = None
+    response: str = "stream"  # engines.base.RESPONSES: whole and embedding have no token times
+    pool_wait_s: float | None = None  # waiting for a connection of the client's pool (HTTP)
+    worker: int = 0  # the load-generator process that sent it (scenario.client.workers)
 
     @property
     def ok(self) -> bool:

@@ -48,7 +48,7 @@ def tpot_s(record: dict[str, Any]) -> float | None:
 
 
 def itl_s(records: Iterable[dict[str, Any]]) -> list[float]:
-    return [float(g) for r in records for g in np.diff(r.get("token_times_s") or [])]
+    return [float(g) for r in records for g in metrics.itl_s(RequestRecord.from_dict(r))]
 
 
 def ttfts_s(records: Iterable[dict[str, Any]]) -> list[float]:

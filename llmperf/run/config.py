@@ -19,7 +19,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
 from engines.options import EngineConfig
-from engines.registry import ENGINE_CONFIGS
+from engines.registry import ENGINE_CONFIGS, ENGINES
 from llmperf.errors import ConfigError
 from llmperf.measure.saturation import SaturationConfig
 from llmperf.options import option
@@ -82,6 +82,11 @@ class Config:
             name = self.engine.get("name")
             ENGINE_CONFIGS.check("engine.name", name)
             self.engine = ENGINE_CONFIGS.get(name)(**self.engine)
+        workers = self.scenario.client.workers
+        if workers > 1 and not ENGINES.get(self.engine.name).capabilities.multiprocess:
+            raise ConfigError(
+                "scenario.client.workers", workers, "needs an engine reachable from several"
+                f" processes (engine=openai); {self.engine.name} runs in this process")
 
 
 def register_configs() -> None:

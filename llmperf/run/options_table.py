@@ -22,6 +22,7 @@ from typing import Any
 from engines.options import EngineConfig
 from engines.registry import ENGINE_CONFIGS
 from llmperf.options import HELP
+from llmperf.measure.client_options import ClientConfig
 from llmperf.run.config import ModelSelection, ReportConfig
 from llmperf.telemetry.options import TelemetryConfig
 from llmperf.workload.arrivals import ArrivalConfig
@@ -40,6 +41,7 @@ def schemas() -> dict[str, type]:
         "scenario.prompt_tokens": LengthConfig,
         "scenario.slo": SloConfig,
         "scenario.validity": ValidityConfig,
+        "scenario.client": ClientConfig,
         "model": ModelSelection,
         "telemetry": TelemetryConfig,
         "report": ReportConfig,

@@ -15,9 +15,10 @@
     write_telemetry    telemetry.csv, on the records' clock
     write_server_metrics  server_metrics.csv, on the records' clock
     summarize          the figures from the records and the config objects
-    add_prefix_cache_figures  the engine's measured prefix-cache hit rate beside the expected one
     add_server_figures the server's figures over the measured window, and the client
                        latency split into server queue, prefill, decode and overhead
+    add_prefix_cache_figures  the measured prefix-cache hit rate (the engine's counter, else
+                       the server's) beside the expected one
     add_hardware_figures  telemetry peaks and energy, roofline MBU/MFU, cost per token
     judge_validity     the validity checks over the whole summary
     write_summary      summary.json and the table on the console
@@ -62,9 +63,10 @@ from llmperf.measure.metrics import (
     ttft_s,
 )
 from llmperf.measure.records import RecordWriter, RequestRecord
-from llmperf.measure.saturation import SaturationDetector
+from llmperf.measure.saturation import SaturationConfig, SaturationDetector
 from llmperf.measure.summary import Summary
 from llmperf.measure.validity import check_validity
+from llmperf.measure.workers import WorkerPool
 from llmperf.perf.cost import cost_summary
 from llmperf.perf.footprint import device_of, footprint
 from llmperf.perf.prediction import prediction_summary
@@ -220,36 +222,71 @@ def drive_load(run: Run) -> None:
 
         scrape_soon = run.scraper.scrape_soon if run.scraper is not None else (lambda: None)
         concurrency = scenario.arrival.concurrency if run.workload.closed_loop else None
-        detector = None
-        if scenario.saturation.enabled and concurrency is None:
-            detector = SaturationDetector(scenario.saturation)
-        loadgen = LoadGenerator(
-            run.engine,
-            on_record,
-            saturation=detector,
-            record_tokens=scenario.record_tokens,
-            on_measure_start=scrape_soon,
-        )
-        if run.server is not None:
-            stack.enter_context(run.server.watched(loadgen.stop_sending))
-        sessions = None
-        if run.workload.has_sessions:
-            sessions = SessionLoad(
-                run.workload.sessions(),
-                run.workload.sampling,
-                scenario.sessions.max_concurrent,
-                scenario.sessions.max_context_tokens or context_tokens(run),
+        saturation = scenario.saturation if scenario.saturation.enabled and concurrency is None else None
+        if scenario.client.workers > 1:
+            pool = WorkerPool(
+                scenario.client.workers,
+                run.config.engine.with_model(run.config.model),
+                run.config.engine.model_for(run.config.model),
+                on_record,
+                saturation=saturation,
+                record_tokens=scenario.record_tokens,
+                on_measure_start=scrape_soon,
             )
-        requests = () if sessions else run.workload.requests()
-        run.load = asyncio.run(
-            loadgen.run(warmup, requests, concurrency, scenario.duration_s, sessions=sessions)
-        )
+            if run.server is not None:
+                stack.enter_context(run.server.watched(pool.stop_sending))
+            run.load = pool.run(warmup, scheduled_requests(run), concurrency, scenario.duration_s)
+        else:
+            run.load = drive_in_process(run, warmup, on_record, saturation, concurrency, scrape_soon, stack)
     if run.collector is not None:  # stopped now: its samples move onto the records' clock
         run.collector.rebase(run.load.origin_perf_counter_s)
     if run.scraper is not None:
         run.scraper.rebase(run.load.origin_perf_counter_s)
     if run.load.saturation is not None:
         run.console.print(f"[bold red]stopped early: {run.load.saturation.describe()}[/]")
+
+
+def drive_in_process(
+    run: Run,
+    warmup: list,
+    on_record: Callable[[RequestRecord], None],
+    saturation: SaturationConfig | None,
+    concurrency: int | None,
+    scrape_soon: Callable[[], None],
+    stack: contextlib.ExitStack,
+) -> LoadResult:
+    scenario = run.config.scenario
+    loadgen = LoadGenerator(
+        run.engine,
+        on_record,
+        saturation=SaturationDetector(saturation) if saturation is not None else None,
+        record_tokens=scenario.record_tokens,
+        on_measure_start=scrape_soon,
+    )
+    if run.server is not None:
+        stack.enter_context(run.server.watched(loadgen.stop_sending))
+    sessions = None
+    if run.workload.has_sessions:
+        sessions = SessionLoad(
+            run.workload.sessions(),
+            run.workload.sampling,
+            scenario.sessions.max_concurrent,
+            scenario.sessions.max_context_tokens or context_tokens(run),
+        )
+    requests = () if sessions else run.workload.requests()
+    return asyncio.run(
+        loadgen.run(warmup, requests, concurrency, scenario.duration_s, sessions=sessions)
+    )
+
+
+def scheduled_requests(run: Run) -> list:
+    """The measured requests, precomputed to be split over workers: a schedule bounded only by
+    duration_s ends at the first arrival past it."""
+    requests = run.workload.requests()
+    duration_s = run.config.scenario.duration_s
+    if duration_s is not None and not run.workload.closed_loop:
+        requests = itertools.takewhile(lambda r: r.arrival_s < duration_s, requests)
+    return list(requests)
 
 
 def write_step_stats(run: Run) -> None:
@@ -346,15 +383,23 @@ def model_label(run: Run) -> str:
 
 
 def add_prefix_cache_figures(run: Run) -> None:
-    """The measured prefix-cache hit rate, from the engine's own counter (its steps), beside
-    the expected one; engines that count nothing leave it out."""
+    """The measured prefix-cache hit rate beside the expected one: from the engine's own
+    counter (its steps), else from the server's prefix-cache hits counter over the measured
+    window (/metrics: vLLM's `vllm:prefix_cache_hits`, llmperf-serve's); engines that count
+    nothing leave it out. `prefix_cache_hit_source` says which."""
     s = run.summary
-    steps = measured_steps(run)
-    if "prefix_cache_hit_rate_expected" not in s or not steps or not s["input_tokens_total"]:
+    if "prefix_cache_hit_rate_expected" not in s or not s["input_tokens_total"]:
         return
-    hits = sum(step.prefix_cache_hit_tokens for step in steps)
+    steps = measured_steps(run)
+    if steps:
+        hits, source = sum(step.prefix_cache_hit_tokens for step in steps), "engine steps"
+    elif s.get("server_prefix_cache_hits_tokens") is not None:
+        hits, source = s["server_prefix_cache_hits_tokens"], "server /metrics"
+    else:
+        return
     s["prefix_cache_hit_tokens"] = hits
     s["prefix_cache_hit_rate"] = hits / s["input_tokens_total"]
+    s["prefix_cache_hit_source"] = source
 
 
 def add_hardware_figures(run: Run) -> None:
@@ -476,8 +521,8 @@ STAGES: list[Callable[[Run], None]] = [
     write_telemetry,
     write_server_metrics,
     summarize,
-    add_prefix_cache_figures,
     add_server_figures,
+    add_prefix_cache_figures,
     add_hardware_figures,
     judge_validity,
     write_summary,

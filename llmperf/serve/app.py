@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import hmac
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
@@ -27,8 +29,10 @@ from starlette.routing import Route
 from engines.base import Engine, Request
 from llmperf.serve.chat_template import DEFAULT_CHAT_TEMPLATE, compile_chat_template
 from llmperf.serve.detokenize import IncrementalDetokenizer
+from llmperf.serve.embeddings import embedding_response, parse_embedding
 from llmperf.serve.prometheus_metrics import CONTENT_TYPE, EngineLoad, ServerMetrics
 from llmperf.serve.protocol import (
+    Choice,
     GenerationSpec,
     Limits,
     OpenAIError,
@@ -41,6 +45,16 @@ from llmperf.serve.protocol import (
 from llmperf.serve.request_log import RequestLog, ServedRequest
 
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+
+
+@dataclass(frozen=True)
+class Piece:
+    """What one engine event adds to choice `index`: its text, the end, reasoning or answer."""
+
+    index: int
+    text: str
+    finish_reason: str | None
+    reasoning: bool = False
 
 
 class ClosingStreamingResponse(StreamingResponse):
@@ -85,6 +99,14 @@ class OpenAIServer:
 
     async def chat_completions(self, http: HTTPRequest) -> Response:
         return await self._generate(http, "chat")
+
+    async def embeddings(self, http: HTTPRequest) -> Response:
+        """A deterministic embedding of the input's tokens (llmperf/serve/embeddings.py)."""
+        self._authorize(http)
+        model, ids = parse_embedding(
+            parse_body(await http.body()), self.served_model_name, self.tokenizer, self.limits
+        )
+        return JSONResponse(embedding_response(model, ids))
 
     async def models(self, http: HTTPRequest) -> Response:
         self._authorize(http)
@@ -145,12 +167,13 @@ class OpenAIServer:
     async def _stream(self, spec: GenerationSpec, served: ServedRequest) -> AsyncIterator[bytes]:
         """SSE body. Cancelled by Starlette when the client disconnects (which aborts the request)."""
         shapes = ResponseShapes(spec, served.id)
-        pieces = self._pieces(spec, served)
+        pieces = self._choices(spec, served)
         self.metrics.num_in_flight += 1
         try:
             try:
-                async for text, finish_reason in pieces:
-                    yield b"".join(sse(c) for c in shapes.chunks(text, finish_reason))
+                async for piece in pieces:
+                    chunks = shapes.chunks(piece.text, piece.finish_reason, piece.index, piece.reasoning)
+                    yield b"".join(sse(c) for c in chunks)
                 if spec.include_usage:
                     yield sse(
                         shapes.usage_chunk(served.num_prompt_tokens, served.num_output_tokens)
@@ -168,8 +191,16 @@ class OpenAIServer:
     async def _whole(
         self, http: HTTPRequest, spec: GenerationSpec, served: ServedRequest
     ) -> Response:
-        async def collect() -> str:
-            return "".join([text async for text, _ in self._pieces(spec, served)])
+        choices = [Choice(i) for i in range(spec.n)]
+
+        async def collect() -> None:
+            async for piece in self._choices(spec, served):
+                choice = choices[piece.index]
+                if piece.reasoning:
+                    choice.reasoning += piece.text
+                else:
+                    choice.text += piece.text
+                choice.finish_reason = piece.finish_reason or choice.finish_reason
 
         self.metrics.num_in_flight += 1
         work = asyncio.ensure_future(collect())
@@ -184,34 +215,70 @@ class OpenAIServer:
             self._finish(served)
         if work.cancelled():
             return Response(status_code=499)
-        text = work.result()
+        work.result()
         shapes = ResponseShapes(spec, served.id)
         return JSONResponse(
-            shapes.whole(
-                text, served.finish_reason, served.num_prompt_tokens, served.num_output_tokens
-            )
+            shapes.whole(choices, served.num_prompt_tokens, served.num_output_tokens)
         )
 
+    async def _choices(self, spec: GenerationSpec, served: ServedRequest) -> AsyncIterator[Piece]:
+        """The pieces of every choice, as they come: n > 1 runs n engine requests side by side."""
+        if spec.n == 1:
+            async for piece in self._pieces(spec, served, 0):
+                yield piece
+            return
+        queue: asyncio.Queue[Piece | BaseException | None] = asyncio.Queue()
+
+        async def pump(index: int) -> None:
+            try:
+                async for piece in self._pieces(spec, served, index):
+                    await queue.put(piece)
+            except Exception as err:
+                await queue.put(err)
+            finally:
+                await queue.put(None)
+
+        tasks = [asyncio.ensure_future(pump(i)) for i in range(spec.n)]
+        try:
+            ended = 0
+            while ended < spec.n:
+                item = await queue.get()
+                if item is None:
+                    ended += 1
+                elif isinstance(item, BaseException):
+                    raise item
+                else:
+                    yield item
+        finally:
+            for task in tasks:
+                task.cancel()
+            with anyio.CancelScope(shield=True):
+                await asyncio.gather(*tasks, return_exceptions=True)
+
     async def _pieces(
-        self, spec: GenerationSpec, served: ServedRequest
-    ) -> AsyncIterator[tuple[str, str | None]]:
-        """(text, finish_reason) per engine event that carries tokens or the end; records timings."""
+        self, spec: GenerationSpec, served: ServedRequest, index: int
+    ) -> AsyncIterator[Piece]:
+        """One piece per engine event of choice `index` that carries tokens or the end;
+        records timings (a choice's tokens add to the request's)."""
+        sampling = spec.sampling
+        if index and sampling.seed is not None:  # choices differ when sampled with a seed
+            sampling = dataclasses.replace(sampling, seed=sampling.seed + index)
         request = Request(
-            id=served.id,
+            id=served.id if spec.n == 1 else f"{served.id}-{index}",
             max_tokens=spec.max_tokens,
             prompt_token_ids=spec.prompt_token_ids,
-            sampling=spec.sampling,
+            sampling=sampling,
         )
         detokenizer = IncrementalDetokenizer(self.tokenizer)
         stream = self.engine.stream(request)
         try:
             async for event in stream:
                 if event.scheduled_s is not None:
-                    served.scheduled_s = event.scheduled_s
+                    served.scheduled_s = served.scheduled_s or event.scheduled_s
                 text = ""
                 if event.token_ids:
                     served.first_token_s = served.first_token_s or event.time_s
-                    served.last_token_s = event.time_s
+                    served.last_token_s = max(served.last_token_s or event.time_s, event.time_s)
                     served.num_output_tokens += len(event.token_ids)
                     text = detokenizer.add(event.token_ids)
                 if event.finished:
@@ -219,10 +286,10 @@ class OpenAIServer:
                     served.error = event.error
                     if event.error:
                         raise OpenAIError(event.error, status=500, type="server_error")
-                    yield text + detokenizer.flush(), event.finish_reason
+                    yield Piece(index, text + detokenizer.flush(), event.finish_reason, event.reasoning)
                     return
                 if event.token_ids:
-                    yield text, None
+                    yield Piece(index, text, None, event.reasoning)
         except OpenAIError:
             raise
         except Exception as err:  # the engine raised instead of ending with an error event
@@ -329,6 +396,7 @@ def build_app(server: OpenAIServer, manage_engine: bool = True) -> Starlette:
     routes = [
         Route("/v1/completions", server.completions, methods=["POST"]),
         Route("/v1/chat/completions", server.chat_completions, methods=["POST"]),
+        Route("/v1/embeddings", server.embeddings, methods=["POST"]),
         Route("/v1/models", server.models, methods=["GET"]),
         Route("/health", server.health, methods=["GET"]),
         Route("/metrics", server.prometheus, methods=["GET"]),

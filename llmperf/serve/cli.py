@@ -3,6 +3,7 @@
     llmperf-serve model=tiny engine.batching=continuous port=8000
     llmperf-serve model.path=/ckpt/llama engine.precision=bf16 api_key=secret request_log=served.jsonl
     llmperf-serve engine=hf model=smollm2-135m
+    llmperf-serve engine=synthetic engine.tpot_s=0.01 engine.reasoning_tokens=8   # no model
 
 Engine and model come from the same config groups as `llmperf` (`engine=reference|hf`,
 `engine.<option>=...`, `model=<preset>`, `model.path=...`), with the same checks.

@@ -4,7 +4,8 @@ Parsing turns a JSON body into a `GenerationSpec` (prompt token ids, max_tokens,
 sampling) or raises `OpenAIError`, which the app sends as
 `{"error": {"message", "type", "param", "code"}}` with its 4xx status.
 Fields this server does not use (logprobs, user, ...) are ignored, as vLLM does;
-values it cannot honour (n > 1, stop strings) are refused.
+values it cannot honour (stop strings, best_of other than n) are refused. `n` choices are
+n engine requests, streamed interleaved and told apart by each chunk's `index`.
 """
 
 from __future__ import annotations
@@ -62,6 +63,7 @@ class GenerationSpec:
     sampling: SamplingParams
     stream: bool
     include_usage: bool
+    n: int = 1  # choices: each one an engine request
 
 
 @dataclass
@@ -88,8 +90,8 @@ def parse_body(raw: bytes) -> dict[str, Any]:
 def parse_completion(
     body: dict, served_model: str, tokenizer: Tokenizer, limits: Limits
 ) -> GenerationSpec:
-    model = _check_model(body, served_model)
-    ids = _prompt_token_ids(body.get("prompt"), tokenizer)
+    model = check_model(body, served_model)
+    ids = prompt_token_ids(body.get("prompt"), tokenizer)
     max_tokens = _int_field(body, "max_tokens", COMPLETIONS_DEFAULT_MAX_TOKENS)
     return _spec(body, "completions", model, ids, max_tokens, "prompt", limits)
 
@@ -101,7 +103,7 @@ def parse_chat(
     limits: Limits,
     render_chat: Callable[[list[dict[str, str]]], str],
 ) -> GenerationSpec:
-    model = _check_model(body, served_model)
+    model = check_model(body, served_model)
     messages = _messages(body.get("messages"))
     ids = tokenizer.encode(render_chat(messages))
     if "max_completion_tokens" in body and body["max_completion_tokens"] is not None:
@@ -136,6 +138,12 @@ def _spec(body, endpoint, model, ids, max_tokens, prompt_param, limits: Limits) 
     if options is not None and not isinstance(options, dict):
         raise OpenAIError("stream_options must be an object", param="stream_options")
     include_usage = stream and bool((options or {}).get("include_usage", False))
+    n = _int_field(body, "n", 1)
+    best_of = _int_field(body, "best_of", None)
+    if best_of is not None and best_of != n:
+        raise OpenAIError(
+            f"best_of={best_of} with n={n}: this server returns every choice it generates,"
+            " so best_of must equal n", param="best_of")
     return GenerationSpec(
         endpoint=endpoint,
         model=model,
@@ -144,10 +152,11 @@ def _spec(body, endpoint, model, ids, max_tokens, prompt_param, limits: Limits) 
         sampling=_sampling(body),
         stream=stream,
         include_usage=include_usage,
+        n=n,
     )
 
 
-def _check_model(body: dict, served_model: str) -> str:
+def check_model(body: dict, served_model: str) -> str:
     model = body.get("model")
     if model is None:
         raise OpenAIError("you must provide a model parameter", param="model")
@@ -161,7 +170,7 @@ def _check_model(body: dict, served_model: str) -> str:
     return model
 
 
-def _prompt_token_ids(prompt: Any, tokenizer: Tokenizer) -> list[int]:
+def prompt_token_ids(prompt: Any, tokenizer: Tokenizer, param: str = "prompt") -> list[int]:
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str | list):
         prompt = prompt[0]  # a batch of one
     if isinstance(prompt, str):
@@ -171,9 +180,9 @@ def _prompt_token_ids(prompt: Any, tokenizer: Tokenizer) -> list[int]:
     ):
         return list(prompt)
     if prompt is None:
-        raise OpenAIError("you must provide a prompt", param="prompt")
+        raise OpenAIError(f"you must provide a {param}", param=param)
     raise OpenAIError(
-        "prompt must be a string or a list of token ids (one prompt per request)", param="prompt"
+        f"{param} must be a string or a list of token ids (one per request)", param=param
     )
 
 
@@ -215,8 +224,6 @@ def _content_text(content: Any, i: int) -> str:
 
 
 def _sampling(body: dict) -> SamplingParams:
-    if _int_field(body, "n", 1) != 1:
-        raise OpenAIError("only n=1 is supported", param="n")
     if body.get("stop"):
         raise OpenAIError("stop sequences are not supported; use stop_token_ids", param="stop")
     temperature = _number_field(body, "temperature", 1.0)
@@ -292,31 +299,32 @@ class ResponseShapes:
         self.spec = spec
         self.id = response_id
         self.created = int(time.time())
-        self._role_sent = False
+        self._roles_sent: set[int] = set()
 
-    def chunks(self, text: str, finish_reason: str | None) -> list[dict[str, Any]]:
-        """The chunks for one token. Chat opens, as OpenAI does, with a chunk announcing the
-        role; it is sent with the first token, so it cannot pass for an early first token."""
+    def chunks(
+        self, text: str, finish_reason: str | None, index: int = 0, reasoning: bool = False
+    ) -> list[dict[str, Any]]:
+        """The chunks for one token of choice `index`. Chat opens, as OpenAI does, with a chunk
+        announcing the role (per choice); it is sent with the choice's first token, so it
+        cannot pass for an early first token. Reasoning tokens travel in chat deltas'
+        `reasoning_content`, as vLLM's reasoning parsers send them; completions have no
+        such field, so there they are text like any other."""
         if self.spec.endpoint != "chat":
-            choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason}
+            choice = {"index": index, "text": text, "logprobs": None, "finish_reason": finish_reason}
             return [self._chunk("text_completion", choice)]
         out = []
-        if not self._role_sent:
-            self._role_sent = True
+        if index not in self._roles_sent:
+            self._roles_sent.add(index)
             role = {
-                "index": 0,
+                "index": index,
                 "delta": {"role": "assistant", "content": ""},
                 "logprobs": None,
                 "finish_reason": None,
             }
             out.append(self._chunk("chat.completion.chunk", role))
         # "content" always: each chunk is a token, even one without text
-        choice = {
-            "index": 0,
-            "delta": {"content": text},
-            "logprobs": None,
-            "finish_reason": finish_reason,
-        }
+        delta = {"reasoning_content": text} if reasoning else {"content": text}
+        choice = {"index": index, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
         out.append(self._chunk("chat.completion.chunk", choice))
         return out
 
@@ -343,28 +351,38 @@ class ResponseShapes:
             "usage": usage(num_prompt_tokens, num_output_tokens),
         }
 
-    def whole(
-        self, text: str, finish_reason: str | None, num_prompt_tokens: int, num_output_tokens: int
-    ) -> dict:
+    def whole(self, choices: list[Choice], num_prompt_tokens: int, num_output_tokens: int) -> dict:
         if self.spec.endpoint == "chat":
-            choice = {
-                "index": 0,
-                "message": {"role": "assistant", "content": text},
-                "logprobs": None,
-                "finish_reason": finish_reason,
-            }
+            out = []
+            for c in choices:
+                message = {"role": "assistant", "content": c.text}
+                if c.reasoning:
+                    message["reasoning_content"] = c.reasoning
+                out.append({"index": c.index, "message": message, "logprobs": None,
+                            "finish_reason": c.finish_reason})
             obj = "chat.completion"
         else:
-            choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason}
+            out = [{"index": c.index, "text": c.reasoning + c.text, "logprobs": None,
+                    "finish_reason": c.finish_reason} for c in choices]
             obj = "text_completion"
         return {
             "id": self.id,
             "object": obj,
             "created": self.created,
             "model": self.spec.model,
-            "choices": [choice],
+            "choices": out,
             "usage": usage(num_prompt_tokens, num_output_tokens),
         }
+
+
+@dataclass
+class Choice:
+    """One choice of a whole (non-streamed) response."""
+
+    index: int
+    text: str = ""
+    reasoning: str = ""  # reasoning content, before the answer
+    finish_reason: str | None = None
 
 
 def sse(obj: dict[str, Any] | str) -> bytes:

@@ -17,7 +17,9 @@ from llmperf.serve.request_log import RequestLog
 DEFAULT_HOST = "127.0.0.1"  # loopback only unless asked: the API has no auth by default
 DEFAULT_PORT = 8000
 GRACEFUL_SHUTDOWN_S = 5.0
-SERVABLE_ENGINES = ("reference", "hf")  # local engines with a tokenizer and a context limit
+# local engines with a tokenizer and a context limit; synthetic: a simulated server for
+# testing clients (no model: its latencies are its options)
+SERVABLE_ENGINES = ("reference", "hf", "synthetic")
 
 
 def build_server(

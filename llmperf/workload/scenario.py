@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from llmperf.errors import ConfigError
 from llmperf.measure.saturation import SaturationConfig
+from llmperf.measure.client_options import ClientConfig
 from llmperf.options import check_positive, option
 from llmperf.workload.arrivals import ARRIVALS, ArrivalConfig
 from llmperf.workload.datasets import DATASET_FORMATS
@@ -39,10 +40,12 @@ class ValidityConfig:
     max_error_rate: float = option(0.01, "failed / measured requests may be at most this, in [0, 1]")
     max_dispatch_lag_p99_s: float = option(0.05, "past it the client, not the engine, set the pace")
     max_loop_lag_p99_s: float = option(0.05, "the load generator's event loop may wake at most this late (p99)")
+    max_pool_wait_p99_s: float = option(0.01, "an HTTP request may wait at most this long for a pooled connection (p99)")
 
     def __post_init__(self) -> None:
         check_positive(self, "min_duration_s", "min_completed", allow_none=False, strict=False)
-        check_positive(self, "max_dispatch_lag_p99_s", "max_loop_lag_p99_s", allow_none=False)
+        check_positive(self, "max_dispatch_lag_p99_s", "max_loop_lag_p99_s", "max_pool_wait_p99_s",
+                       allow_none=False)
         if not 0.0 <= self.max_error_rate <= 1.0:
             raise ConfigError("max_error_rate", self.max_error_rate, "must be in [0, 1]")
 
@@ -67,6 +70,7 @@ class ScenarioConfig:
     prefix: PrefixConfig = option(help="synthetic shared prefixes", factory=PrefixConfig)
     sessions: SessionConfig = option(help="multi-turn sessions", factory=SessionConfig)
     record_tokens: bool = option(False, "requests.jsonl keeps each request's prompt and output token ids")
+    client: ClientConfig = option(help="the load generator's processes", factory=ClientConfig)
 
     def __post_init__(self) -> None:
         check_positive(self, "num_requests", "duration_s")
@@ -87,9 +91,25 @@ class ScenarioConfig:
             )
         if self.sessions.turns and self.arrival.process == "trace":
             raise ConfigError("sessions.turns", self.sessions.turns, "a trace is replayed as it is")
+        self._check_workers()
         if self.dataset and not uses_dataset:
             raise ConfigError(
                 "dataset",
                 self.dataset,
                 "unused: set prompt_tokens.dist or output_tokens.dist to dataset",
             )
+
+    def _check_workers(self) -> None:
+        workers = self.client.workers
+        if workers == 1:
+            return
+        if self.sessions.turns:
+            raise ConfigError("client.workers", workers, "multi-turn sessions run in one process"
+                              " (a turn waits on the reply before it)")
+        if ARRIVALS.get(self.arrival.process).closed_loop:
+            if self.num_requests is None:
+                raise ConfigError("client.workers", workers, "a closed loop over several workers"
+                                  " needs num_requests (the requests are split before the run)")
+            if self.arrival.concurrency is not None and self.arrival.concurrency < workers:
+                raise ConfigError("client.workers", workers,
+                                  f"more workers than arrival.concurrency ({self.arrival.concurrency})")

@@ -1,0 +1,288 @@
+"""The load over several worker processes (`scenario.client.workers`).
+
+One asyncio loop in one process tops out at some request rate (its dispatch lag and event-loop
+lag say when: llmperf/measure/validity.py). `WorkerPool` splits the load over N processes,
+each with its own event loop, its own engine (built again from the run's options: only
+engines that declare `capabilities.multiprocess`, the HTTP client, reach the same server from
+another process) and its own share of the precomputed schedule:
+
+- open loop: request k (in arrival order) goes to worker k mod N, with its intended arrival
+  unchanged, so the union of the shares is exactly the one-process schedule;
+- closed loop: requests round robin as well, the concurrency split as evenly as it goes;
+- warmup requests round robin too (each worker opens its own connections).
+
+**One time base.** The coordinator picks the run's origin as an absolute time,
+`time.time_ns()`. Each process converts it once into its own `time.perf_counter()` (the
+paired reading of both clocks with the shortest gap, a few microseconds at most) and stamps
+everything as seconds from it, so every worker's records, and the coordinator's telemetry and
+scrapes, share one clock. After its warmup each worker says it is ready; once all are, the
+coordinator sets the measured phase's start a moment ahead (`START_LEAD_S`) and every worker
+sleeps until that same instant, so arrival k is `start + arrival_k` whichever worker sends it.
+
+Records come back over a queue as requests end and go to `on_record` in the coordinator
+(requests.jsonl, progress). Stopping: `stop_sending` (a launched server died) and the first
+SIGINT reach every worker; a worker whose saturation detector fires (its `min_waiting` is the
+run's divided by N: it sees 1/N of the queue) stops the others with the same verdict, its rate
+scaled by N. Multi-turn sessions stay in one process: their turns wait on each other's replies.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import multiprocessing as mp
+import queue
+import signal
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+from engines.base import Request
+from llmperf.measure.loadgen import LoadGenerator, LoadResult
+from llmperf.measure.records import RequestRecord
+from llmperf.measure.saturation import Saturation, SaturationConfig, SaturationDetector
+
+START_LEAD_S = 0.1  # from "all workers ready" to the measured phase's start
+CONTROL_POLL_S = 0.02  # how often a worker looks for the coordinator's messages
+
+
+def perf_origin(origin_unix_ns: int, reads: int = 5) -> float:
+    """The absolute time `origin_unix_ns` on this process's perf_counter() clock."""
+    best_gap_s, origin_s = math.inf, 0.0
+    for _ in range(reads):
+        before, unix_ns, after = time.perf_counter(), time.time_ns(), time.perf_counter()
+        if after - before < best_gap_s:
+            best_gap_s = after - before
+            origin_s = (before + after) / 2 - (unix_ns - origin_unix_ns) / 1e9
+    return origin_s
+
+
+def split(items: list, workers: int) -> list[list]:
+    """Round robin: item k to worker k mod `workers`."""
+    return [items[i::workers] for i in range(workers)]
+
+
+def split_concurrency(concurrency: int, workers: int) -> list[int]:
+    return [concurrency // workers + (i < concurrency % workers) for i in range(workers)]
+
+
+@dataclass
+class WorkerSpec:
+    """What one worker process needs, pickled to it."""
+
+    index: int
+    engine_options: Any  # the engine's options dataclass
+    model: str
+    warmup: list[Request]
+    requests: list[Request]
+    concurrency: int | None
+    duration_s: float | None
+    saturation: SaturationConfig | None
+    record_tokens: bool
+    origin_unix_ns: int
+
+
+class WorkerPool:
+    """Runs the load in `workers` processes; `run` blocks until every worker has ended."""
+
+    def __init__(
+        self,
+        workers: int,
+        engine_options: Any,
+        model: str,
+        on_record: Callable[[RequestRecord], None],
+        saturation: SaturationConfig | None = None,
+        record_tokens: bool = False,
+        on_measure_start: Callable[[], None] = lambda: None,
+    ) -> None:
+        self.workers = workers
+        self.engine_options = engine_options
+        self.model = model
+        self.on_record = on_record
+        self.saturation = saturation
+        self.record_tokens = record_tokens
+        self.on_measure_start = on_measure_start
+        self._controls: list[Any] = []
+        self._lock = threading.Lock()
+
+    def stop_sending(self, reason: str) -> None:
+        """Every worker sends nothing more; what is in flight ends on its own. Any thread."""
+        self._tell_all(("stop_sending", reason))
+
+    def interrupt(self) -> None:
+        self._tell_all(("interrupt", None))
+
+    def _tell_all(self, message: tuple, but: int | None = None) -> None:
+        with self._lock:
+            for i, control in enumerate(self._controls):
+                if i != but:
+                    control.put(message)
+
+    def run(
+        self,
+        warmup: list[Request],
+        requests: list[Request],
+        concurrency: int | None = None,
+        duration_s: float | None = None,
+    ) -> LoadResult:
+        ctx = mp.get_context("spawn")  # not fork: the coordinator runs threads (telemetry, HTTP)
+        n = self.workers
+        origin_unix_ns = time.time_ns()
+        origin_s = perf_origin(origin_unix_ns)
+        shares = split_concurrency(concurrency, n) if concurrency is not None else [None] * n
+        saturation = None
+        if self.saturation is not None:
+            saturation = replace(self.saturation, min_waiting=max(1, math.ceil(self.saturation.min_waiting / n)))
+        results_q = ctx.Queue()
+        go, start_at = ctx.Event(), ctx.Value("d", 0.0)
+        with self._lock:
+            self._controls = [ctx.Queue() for _ in range(n)]
+        processes = []
+        for i, (w, r) in enumerate(zip(split(warmup, n), split(requests, n), strict=True)):
+            spec = WorkerSpec(i, self.engine_options, self.model, w, r, shares[i], duration_s,
+                              saturation, self.record_tokens, origin_unix_ns)
+            p = ctx.Process(target=worker_main, args=(spec, results_q, self._controls[i], go, start_at),
+                            name=f"llmperf-worker-{i}", daemon=True)
+            p.start()
+            processes.append(p)
+        results: dict[int, LoadResult] = {}
+        verdict: Saturation | None = None
+        ready = 0
+        with _forward_sigint(self.interrupt):
+            while len(results) < n:
+                try:
+                    kind, index, payload = results_q.get(timeout=0.2)
+                except queue.Empty:
+                    dead = [p for i, p in enumerate(processes) if i not in results and p.exitcode is not None]
+                    if dead:
+                        self.interrupt()
+                        _join(processes)
+                        raise RuntimeError(f"load worker {dead[0].name} exited with code {dead[0].exitcode}")
+                    continue
+                if kind == "record":
+                    self.on_record(payload)
+                elif kind == "ready":
+                    ready += 1
+                    if ready == n:
+                        start_at.value = time.perf_counter() - origin_s + START_LEAD_S
+                        go.set()
+                        self.on_measure_start()
+                elif kind == "saturated":
+                    if verdict is None:
+                        verdict = replace(payload, rate_rps=payload.rate_rps * n, waiting=payload.waiting * n)
+                        self._tell_all(("saturated", verdict), but=index)
+                elif kind == "done":
+                    results[index] = payload
+                elif kind == "failed":
+                    self.interrupt()
+                    _join(processes)
+                    raise RuntimeError(f"load worker {index} failed:\n{payload}")
+        _join(processes)
+        return merge(results, origin_s, origin_unix_ns, start_at.value, verdict)
+
+
+def merge(results: dict[int, LoadResult], origin_s: float, origin_unix_ns: int, start_s: float,
+          verdict: Saturation | None) -> LoadResult:
+    """The workers' results as one run's, on the coordinator's clock."""
+    parts = [results[i] for i in sorted(results)]
+    return LoadResult(
+        origin_perf_counter_s=origin_s,
+        origin_unix_s=origin_unix_ns / 1e9,
+        measure_start_s=start_s,
+        end_s=max(p.end_s for p in parts),
+        num_warmup=sum(p.num_warmup for p in parts),
+        num_dispatched=sum(p.num_dispatched for p in parts),
+        interrupted=any(p.interrupted for p in parts),
+        saturation=verdict,
+        loop_lag_s=[lag for p in parts for lag in p.loop_lag_s],
+        stopped=next((p.stopped for p in parts if p.stopped), None),
+    )
+
+
+def _join(processes: list) -> None:
+    for p in processes:
+        p.join(timeout=30)
+        if p.is_alive():
+            p.kill()
+            p.join()
+
+
+@contextlib.contextmanager
+def _forward_sigint(forward: Callable[[], None]):
+    """Ctrl-C reaches the workers (they share the terminal's process group; a SIGINT sent to
+    the coordinator alone is passed on); the coordinator waits for their records."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: forward())
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+# -- in the worker process ---------------------------------------------------------------
+
+
+def worker_main(spec: WorkerSpec, results_q, control, go, start_at) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # until the load generator takes it over
+    try:
+        from engines.registry import build_engine
+
+        engine = build_engine(spec.engine_options, spec.model)
+        engine.start()
+        try:
+            result = asyncio.run(_drive(spec, engine, results_q, control, go, start_at))
+        finally:
+            engine.stop()
+        results_q.put(("done", spec.index, result))
+    except BaseException:
+        results_q.put(("failed", spec.index, traceback.format_exc()))
+
+
+async def _drive(spec: WorkerSpec, engine, results_q, control, go, start_at) -> LoadResult:
+    loop = asyncio.get_running_loop()
+    detector = SaturationDetector(spec.saturation) if spec.saturation is not None else None
+
+    async def measure_at() -> float:
+        results_q.put(("ready", spec.index, None))
+        await loop.run_in_executor(None, go.wait)
+        return start_at.value
+
+    loadgen = LoadGenerator(
+        engine,
+        lambda record: results_q.put(("record", spec.index, replace(record, worker=spec.index))),
+        saturation=detector,
+        record_tokens=spec.record_tokens,
+        origin_perf_counter_s=perf_origin(spec.origin_unix_ns),
+        measure_at=measure_at,
+    )
+    told: set[str] = set()
+    poller = loop.create_task(_obey(control, loadgen, told))
+    try:
+        result = await loadgen.run(spec.warmup, spec.requests, spec.concurrency, spec.duration_s)
+    finally:
+        poller.cancel()
+    if result.saturation is not None and "saturated" not in told:  # its own detector's verdict
+        results_q.put(("saturated", spec.index, result.saturation))
+    return result
+
+
+async def _obey(control, loadgen: LoadGenerator, told: set[str]) -> None:
+    """The coordinator's messages: stop sending, interrupt, another worker's saturation."""
+    while True:
+        await asyncio.sleep(CONTROL_POLL_S)
+        with contextlib.suppress(queue.Empty):
+            while True:
+                kind, payload = control.get_nowait()
+                told.add(kind)
+                if kind == "stop_sending":
+                    loadgen.stop_sending(payload)
+                elif kind == "interrupt":
+                    loadgen.interrupt()
+                elif kind == "saturated":
+                    loadgen.stop_saturated(payload)

@@ -1,0 +1,89 @@
+"""scenario.client.workers: the load split over worker processes, each with its own event loop
+and a round-robin share of the schedule, merged into one run on one clock."""
+
+from __future__ import annotations
+
+import io
+import itertools
+import json
+import time
+
+import pytest
+from rich.console import Console
+
+from llmperf.measure.workers import perf_origin, split, split_concurrency
+from llmperf.run.runner import run_benchmark
+from llmperf.serve.app import build_app
+from llmperf.serve.server import ServerThread, build_server
+from llmperf.workload.requests import Workload
+from engines.reference.tokenizer import ByteTokenizer
+
+
+def test_round_robin_shares_add_up_to_the_one_process_schedule():
+    schedule = list(range(11))
+    shares = split(schedule, 3)
+    assert shares == [[0, 3, 6, 9], [1, 4, 7, 10], [2, 5, 8]]
+    assert sorted(itertools.chain(*shares)) == schedule
+    assert split_concurrency(8, 3) == [3, 3, 2] and split_concurrency(4, 4) == [1, 1, 1, 1]
+
+
+def test_an_absolute_origin_lands_on_this_processes_perf_counter_within_a_millisecond():
+    origin_ns = time.time_ns() - 2_500_000_000  # 2.5 s ago
+    expected = time.perf_counter() - 2.5
+    assert perf_origin(origin_ns) == pytest.approx(expected, abs=1e-3)
+
+
+@pytest.fixture(scope="module")
+def synthetic():
+    server = build_server({"model": "syn", "tpot_s": 0.002}, engine_name="synthetic")
+    with ServerThread(build_app(server)) as running:
+        yield running.base_url
+
+
+def run(tmp_path, base_url, workers: int, *overrides: str) -> tuple[dict, list[dict]]:
+    from tests.test_run_figures import compose_config
+
+    config = compose_config([
+        "engine=openai", f"engine.base_url={base_url}", "engine.model=syn",
+        "scenario.arrival.process=poisson", "scenario.arrival.rate_rps=40",
+        "scenario.num_requests=40", "scenario.warmup_requests=2",
+        "scenario.prompt_tokens.dist=fixed", "scenario.prompt_tokens.value=16",
+        "scenario.output_tokens.dist=fixed", "scenario.output_tokens.value=4",
+        f"scenario.client.workers={workers}", "hardware=h100-sxm", "telemetry.enabled=false",
+        "report.enabled=false", "engine.metrics_url=off", *overrides,
+    ])
+    run_benchmark(config, tmp_path, console=Console(file=io.StringIO()))
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    records = [json.loads(line) for line in (tmp_path / "requests.jsonl").read_text().splitlines()]
+    return summary, records, config
+
+
+def test_two_workers_send_the_one_process_schedule_on_one_clock(synthetic, tmp_path):
+    summary, records, config = run(tmp_path, synthetic, 2)
+    measured = [r for r in records if not r["warmup"]]
+    assert summary["num_completed"] == 40 and summary["num_warmup_completed"] == 2
+    # The schedule the one-process run would send: the same ids at the same offsets.
+    expected = {r.id: r.arrival_s for r in Workload(config.scenario, ByteTokenizer(259)).requests()}
+    start = summary["measure_start_s"]
+    assert {r["id"]: r["arrival_s"] - start for r in measured} == pytest.approx(expected, abs=1e-9)
+    # Round robin in arrival order: each worker sent every other request.
+    by_arrival = sorted(measured, key=lambda r: r["arrival_s"])
+    assert [r["worker"] for r in by_arrival] == [k % 2 for k in range(40)]
+    # One clock: every request went out at its intended arrival, give or take the loop's lag,
+    # and its tokens came after it left.
+    for r in measured:
+        assert 0.0 <= r["dispatch_s"] - r["arrival_s"] < 0.05
+        assert r["dispatch_s"] < r["first_token_s"] <= r["end_s"]
+    assert summary["window_start_s"] == pytest.approx(start + min(expected.values()))
+    assert len(summary["event_loop_lag_s"]) == 8  # both workers' loops probed, one distribution
+
+
+def test_a_closed_loop_splits_its_concurrency_over_the_workers(synthetic, tmp_path):
+    summary, records, _ = run(tmp_path, synthetic, 2, "scenario.arrival.process=closed",
+                              "scenario.arrival.concurrency=3", "scenario.num_requests=12")
+    measured = [r for r in records if not r["warmup"]]
+    assert summary["num_completed"] == 12
+    assert sorted(r["worker"] for r in measured) == [0] * 6 + [1] * 6
+    events = sorted([(r["dispatch_s"], 1) for r in measured] + [(r["end_s"], -1) for r in measured])
+    in_flight = list(itertools.accumulate(d for _, d in events))
+    assert max(in_flight) <= 3  # 2 + 1 users
