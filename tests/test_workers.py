@@ -11,12 +11,12 @@ import time
 import pytest
 from rich.console import Console
 
+from engines.reference.tokenizer import ByteTokenizer
 from llmperf.measure.workers import perf_origin, split, split_concurrency
 from llmperf.run.runner import run_benchmark
 from llmperf.serve.app import build_app
 from llmperf.serve.server import ServerThread, build_server
 from llmperf.workload.requests import Workload
-from engines.reference.tokenizer import ByteTokenizer
 
 
 def test_round_robin_shares_add_up_to_the_one_process_schedule():

@@ -161,7 +161,9 @@ class WorkerPool:
                     if dead:
                         self.interrupt()
                         _join(processes)
-                        raise RuntimeError(f"load worker {dead[0].name} exited with code {dead[0].exitcode}")
+                        raise RuntimeError(
+                            f"load worker {dead[0].name} exited with code {dead[0].exitcode}"
+                        ) from None
                     continue
                 if kind == "record":
                     self.on_record(payload)

@@ -21,8 +21,8 @@ from typing import Any
 
 from engines.options import EngineConfig
 from engines.registry import ENGINE_CONFIGS
-from llmperf.options import HELP
 from llmperf.measure.client_options import ClientConfig
+from llmperf.options import HELP
 from llmperf.run.config import ModelSelection, ReportConfig
 from llmperf.telemetry.options import TelemetryConfig
 from llmperf.workload.arrivals import ArrivalConfig

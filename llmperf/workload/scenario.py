@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from llmperf.errors import ConfigError
-from llmperf.measure.saturation import SaturationConfig
 from llmperf.measure.client_options import ClientConfig
+from llmperf.measure.saturation import SaturationConfig
 from llmperf.options import check_positive, option
 from llmperf.workload.arrivals import ARRIVALS, ArrivalConfig
 from llmperf.workload.datasets import DATASET_FORMATS
