@@ -26,6 +26,12 @@ class EngineConfig:
         """These options with what they take from the run's model selection (none by default)."""
         return self
 
+    def copies_serve_alike(self) -> bool:
+        """True when a copy of this engine in each load-worker process serves every request as
+        one shared engine would (no state between requests): then `scenario.client.workers`
+        may build one per worker even though the engine runs in-process."""
+        return False
+
     def metrics_endpoint(self) -> str | None:
         """The server's Prometheus /metrics to scrape while the load runs; None: no server."""
         return None

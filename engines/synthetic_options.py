@@ -23,6 +23,11 @@ class SyntheticEngineConfig(EngineConfig):
     seed: int = option(0, "seeds the jitter and the output bytes")
     reasoning_tokens: int = option(0, "the first n output tokens stream as reasoning content")
 
+    def copies_serve_alike(self) -> bool:
+        # Without a concurrency limit each request's latency is its own (no queue, no batch):
+        # N copies, one per load worker, answer exactly as one does.
+        return self.max_concurrency is None
+
     def __post_init__(self) -> None:
         check_positive(self, "ttft_s", "prefill_s_per_token", "tpot_s", strict=False, allow_none=False)
         check_positive(self, "reasoning_tokens", strict=False, allow_none=False)

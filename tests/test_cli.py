@@ -81,9 +81,13 @@ BAD_INPUTS = {
     "zero load workers": (["scenario.client.workers=0"], ["scenario.client.workers=0", "> 0"]),
     "negative load workers": (["scenario.client.workers=-2"], ["scenario.client.workers=-2", "> 0"]),
     "load workers on an in-process engine": (
-        ["engine=synthetic", "scenario.client.workers=2"],
+        ["engine=reference", "scenario.client.workers=2"],
         ["scenario.client.workers=2", "reachable from several processes (engine=openai)",
-         "synthetic runs in this process"],
+         "reference runs in this process"],
+    ),
+    "load workers on a synthetic engine with a queue": (
+        ["engine=synthetic", "engine.max_concurrency=4", "scenario.client.workers=2"],
+        ["scenario.client.workers=2", "engine=synthetic without max_concurrency"],
     ),
     "load workers for sessions": (
         ["engine=openai", "scenario=multiturn", "scenario.client.workers=2"],

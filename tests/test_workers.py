@@ -87,3 +87,28 @@ def test_a_closed_loop_splits_its_concurrency_over_the_workers(synthetic, tmp_pa
     events = sorted([(r["dispatch_s"], 1) for r in measured] + [(r["end_s"], -1) for r in measured])
     in_flight = list(itertools.accumulate(d for _, d in events))
     assert max(in_flight) <= 3  # 2 + 1 users
+
+
+def test_two_workers_each_drive_a_copy_of_an_unlimited_synthetic_engine(tmp_path):
+    """A synthetic engine without a concurrency limit has no state between requests, so each
+    worker builds its own copy and the run is the one-process schedule, served alike."""
+    from tests.test_run_figures import compose_config
+
+    config = compose_config([
+        "engine=synthetic", "engine.tpot_s=0.002", "engine.ttft_s=0.005",
+        "scenario.arrival.process=constant", "scenario.arrival.rate_rps=50",
+        "scenario.num_requests=20", "scenario.warmup_requests=2",
+        "scenario.prompt_tokens.dist=fixed", "scenario.prompt_tokens.value=8",
+        "scenario.output_tokens.dist=fixed", "scenario.output_tokens.value=5",
+        "scenario.client.workers=2", "hardware=h100-sxm", "telemetry.enabled=false",
+        "report.enabled=false",
+    ])
+    run_benchmark(config, tmp_path, console=Console(file=io.StringIO()))
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    measured = [json.loads(line) for line in (tmp_path / "requests.jsonl").read_text().splitlines()]
+    measured = [r for r in measured if not r["warmup"]]
+    assert summary["num_completed"] == 20
+    assert sorted(r["worker"] for r in measured) == [0] * 10 + [1] * 10
+    for r in measured:  # each copy answers after its own latency: 5 ms, then 4 gaps of 2 ms
+        assert 0.9 * 0.005 <= r["first_token_s"] - r["dispatch_s"] < 0.05
+        assert 0.9 * 4 * 0.002 <= r["end_s"] - r["first_token_s"] < 0.05

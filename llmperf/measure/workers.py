@@ -2,9 +2,11 @@
 
 One asyncio loop in one process tops out at some request rate (its dispatch lag and event-loop
 lag say when: llmperf/measure/validity.py). `WorkerPool` splits the load over N processes,
-each with its own event loop, its own engine (built again from the run's options: only
-engines that declare `capabilities.multiprocess`, the HTTP client, reach the same server from
-another process) and its own share of the precomputed schedule:
+each with its own event loop, its own engine (built again from the run's options: engines
+that declare `capabilities.multiprocess`, the HTTP client, reach the same server from another
+process; an in-process engine whose options say `copies_serve_alike()`, the synthetic engine
+without a concurrency limit, answers in each worker as one shared copy would) and its own
+share of the precomputed schedule:
 
 - open loop: request k (in arrival order) goes to worker k mod N, with its intended arrival
   unchanged, so the union of the shares is exactly the one-process schedule;

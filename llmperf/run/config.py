@@ -83,10 +83,13 @@ class Config:
             ENGINE_CONFIGS.check("engine.name", name)
             self.engine = ENGINE_CONFIGS.get(name)(**self.engine)
         workers = self.scenario.client.workers
-        if workers > 1 and not ENGINES.get(self.engine.name).capabilities.multiprocess:
+        if workers > 1 and not (ENGINES.get(self.engine.name).capabilities.multiprocess
+                                or self.engine.copies_serve_alike()):
             raise ConfigError(
                 "scenario.client.workers", workers, "needs an engine reachable from several"
-                f" processes (engine=openai); {self.engine.name} runs in this process")
+                " processes (engine=openai) or one that serves alike as a copy per worker"
+                f" (engine=synthetic without max_concurrency); {self.engine.name} runs in this"
+                " process")
 
 
 def register_configs() -> None:
