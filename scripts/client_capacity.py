@@ -3,9 +3,14 @@ with 2 (`scenario.client.workers`), side by side.
 
     python scripts/client_capacity.py                      # about 3-4 minutes
     python scripts/client_capacity.py --threshold-ms 1 --duration-s 4 --workers 1 2 4
+    python scripts/client_capacity.py --engine http        # against llmperf-serve instead
 
-It starts `llmperf-serve engine=synthetic` (a simulated server: no model, answers after its
-latency options, here none) in a process of its own, and for each worker count searches the
+By default each worker drives its own copy of the in-process synthetic engine (no model, no
+concurrency limit: it answers after its latency options, here none, so the copies serve as
+one would), and the load generator alone is measured. With `--engine http` it starts
+`llmperf-serve engine=synthetic` in a process of its own and the workers reach it over
+HTTP (`engine=openai`): the client's HTTP stack is then measured too, and on a small machine
+the server shares its cores. For each worker count it searches the
 highest constant request rate whose run keeps the client's dispatch lag p99 under the
 threshold (1 ms) with no request failed and no saturation: double from --start-rps until a
 trial misses, halve until one holds, then bisect (geometric midpoint) until the bracket is
@@ -13,8 +18,8 @@ within --tolerance. Each trial is a normal llmperf run (`engine=openai`) into a 
 --output-dir. It prints each trial, then the capacities and their ratio (the issue's
 acceptance: 2 workers hold at least 1.6x of 1).
 
-The server shares the machine: on a small one its CPU, not the client's, may cap both figures
-(the server's own request rate is printed with each trial to tell).
+Over HTTP the server shares the machine: on a small one its CPU, not the client's, may cap
+both figures (the server's own request rate is printed with each trial to tell).
 """
 
 from __future__ import annotations
@@ -59,7 +64,7 @@ def start_server(port: int) -> subprocess.Popen:
     sys.exit("llmperf-serve did not answer /health within 60 s")
 
 
-def trial(args, base_url: str, workers: int, rate_rps: float, out: Path) -> dict:
+def trial(args, base_url: str | None, workers: int, rate_rps: float, out: Path) -> dict:
     """One run at `rate_rps`; what it says of the client."""
     from hydra import compose, initialize_config_module
     from rich.console import Console
@@ -67,9 +72,13 @@ def trial(args, base_url: str, workers: int, rate_rps: float, out: Path) -> dict
     from llmperf.run.config import load_config, register_configs
     from llmperf.run.runner import run_benchmark
 
+    if base_url is None:
+        engine = ["engine=synthetic"]
+    else:
+        engine = ["engine=openai", f"engine.base_url={base_url}", "engine.model=synthetic",
+                  "engine.metrics_url=off"]
     overrides = [
-        "engine=openai", f"engine.base_url={base_url}", "engine.model=synthetic",
-        "engine.metrics_url=off", "scenario.arrival.process=constant",
+        *engine, "scenario.arrival.process=constant",
         f"scenario.arrival.rate_rps={rate_rps:.3f}", "scenario.num_requests=null",
         f"scenario.duration_s={args.duration_s}", "scenario.warmup_requests=4",
         "scenario.prompt_tokens.dist=fixed", "scenario.prompt_tokens.value=16",
@@ -90,7 +99,7 @@ def trial(args, base_url: str, workers: int, rate_rps: float, out: Path) -> dict
             "saturated": s["saturated"]}
 
 
-def capacity(args, base_url: str, workers: int) -> float:
+def capacity(args, base_url: str | None, workers: int) -> float:
     """The highest rate that held, by bracketing then bisection."""
     held, missed = None, None
     rate = args.start_rps
@@ -122,6 +131,8 @@ def capacity(args, base_url: str, workers: int) -> float:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--engine", choices=("synthetic", "http"), default="synthetic",
+                        help="in-process synthetic copies per worker, or llmperf-serve over HTTP")
     parser.add_argument("--threshold-ms", type=float, default=1.0, help="dispatch lag p99 limit")
     parser.add_argument("--duration-s", type=float, default=3.0, help="each trial's measured window")
     parser.add_argument("--output-tokens", type=int, default=2)
@@ -133,19 +144,23 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if any(w < 1 for w in args.workers) or args.threshold_ms <= 0 or args.duration_s <= 0:
         parser.error("--workers must be >= 1, --threshold-ms and --duration-s > 0")
-    port = free_port()
-    server = start_server(port)
-    base_url = f"http://127.0.0.1:{port}/v1"
+    server, base_url = None, None
+    if args.engine == "http":
+        port = free_port()
+        server = start_server(port)
+        base_url = f"http://127.0.0.1:{port}/v1"
     found = {}
     try:
         for workers in args.workers:
             print(f"workers={workers}: searching (dispatch lag p99 < {args.threshold_ms:g} ms)", flush=True)
             found[workers] = capacity(args, base_url, workers)
     finally:
-        server.terminate()
-        server.wait(timeout=10)
+        if server is not None:
+            server.terminate()
+            server.wait(timeout=10)
     print(f"\nclient capacity at dispatch lag p99 < {args.threshold_ms:g} ms "
-          f"(synthetic engine over HTTP, {args.output_tokens} output tokens per request):")
+          f"({'synthetic engine over HTTP' if server else 'in-process synthetic engine, a copy per worker'},"
+          f" {args.output_tokens} output tokens per request, {os.cpu_count()} cores):")
     base = found[args.workers[0]]
     for workers, rate in found.items():
         ratio = f"{rate / base:.2f}x" if base else "n/a"

@@ -32,7 +32,7 @@ from llmperf.report.units import format_value
 # of the formatting code.
 CELL = {"s": r"\d (µs|ms|s)$", "tok/s": r" tok/s$", "req/s": r" req/s$", "fraction": r" %$",
         "USD": r"^\$\d", "USD/1M tok": r"^\$\d", "J": r" J$", "B/s": r" [kMGTP]?B/s$",
-        "FLOP/s": r" [kMGTP]?FLOP/s$", "B": r" [kMGTP]?B$", "FLOP": r" [kMGTP]?FLOP$",
+        "FLOP/s": r" [kMGTP]?FLOP/s$", "B": r" [kMGTP]?B$", "%": r"\d %$", "FLOP": r" [kMGTP]?FLOP$",
         "blocks": r"^[\d.]+$", "requests": r"^\d+$", "tokens": r"^[\d.]+$",
         "sequences": r"^[\d.]+$", "steps": r"^\d+$", "preemptions": r"^\d+$",
         "samples": r"^\d+$", "sessions": r"^\d+$"}

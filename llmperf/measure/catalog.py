@@ -32,7 +32,7 @@ NEITHER = "neither"  # a count, a setting, a prediction: no way is better
 DIRECTIONS = (HIGHER, LOWER, NEITHER)
 
 # Units, as tables print them. Counts are bare numbers; "fraction" (0..1) is shown as %.
-UNITS = ("s", "tok/s", "req/s", "fraction", "USD", "USD/1M tok", "J", "B/s", "FLOP/s", "B",
+UNITS = ("s", "tok/s", "req/s", "fraction", "%", "USD", "USD/1M tok", "J", "B/s", "FLOP/s", "B",
          "FLOP", "requests", "tokens", "sequences", "steps", "preemptions", "samples",
          "sessions", "blocks")
 COUNT_UNITS = ("requests", "tokens", "sequences", "steps", "preemptions", "samples",
@@ -196,6 +196,65 @@ def _declare() -> list[Metric]:
         _m("saturated_at_rps", "saturated at", "req/s", NEITHER, "the offered rate at which"
            " the engine's queue grew without bound and the run stopped early (open loop with"
            " `scenario.saturation.enabled`)", "llmperf/run/runner.py:saturation_summary", thr),
+    ]
+    window, split = "llmperf/serverside/window.py:window_summary", \
+        "llmperf/serverside/decomposition.py:decompose"
+    srv = "server"
+    histogram = (" over the measured window, from the server's /metrics histogram: `{count, mean,"
+                 " median, p90, p99}`, the mean exact (sum ÷ count), the percentiles interpolated"
+                 " in its buckets")
+    metrics += [
+        _m("server_ttft_s", "server TTFT", "s", LOWER, "the server's own time from a request's"
+           " arrival (vLLM: at its HTTP frontend) to its first token" + histogram, window, srv,
+           distribution=True),
+        _m("server_queue_s", "server queue", "s", LOWER, "the server's time from arrival at its"
+           " engine to the first step that runs the request" + histogram, window, srv,
+           distribution=True),
+        _m("server_prefill_s", "server prefill", "s", LOWER, "the server's time from first"
+           " scheduled to first token" + histogram, window, srv, distribution=True),
+        _m("server_decode_s", "server decode", "s", LOWER, "the server's time from first token"
+           " to last token" + histogram, window, srv, distribution=True),
+        _m("server_e2e_s", "server E2E", "s", LOWER, "the server's time from a request's"
+           " arrival to its last token" + histogram, window, srv, distribution=True),
+        _m("server_tpot_s", "server TPOT", "s", LOWER, "per request, the server's decode time"
+           " ÷ (output tokens − 1)" + histogram, window, srv, distribution=True),
+        _m("server_output_tokens", "server output tokens", "tokens", NEITHER, "the server's"
+           " generated-tokens counter, its difference over the measured window", window, srv),
+        _m("server_prompt_tokens", "server prompt tokens", "tokens", NEITHER, "the server's"
+           " prompt-tokens counter, its difference over the measured window", window, srv),
+        _m("server_preemptions", "server preemptions", "preemptions", LOWER, "requests the"
+           " server preempted (vLLM) or retracted (SGLang) in the measured window", window, srv),
+        _m("server_prefix_cache_hit_rate", "server prefix-cache hit rate", "fraction", HIGHER,
+           "prompt tokens the server found in its prefix cache ÷ those it looked up, over the"
+           " measured window", window, srv),
+        _m("server_kv_cache_usage_max", "server KV-cache usage, peak", "fraction", NEITHER,
+           "the highest share of the server's KV cache in use at a scrape inside the window",
+           window, srv),
+        _m("server_waiting_max", "server waiting requests, peak", "requests", NEITHER, "the"
+           " most requests waiting for the server's scheduler at a scrape inside the window",
+           window, srv),
+        _m("ttft_overhead_s", "TTFT overhead", "s", LOWER, "client TTFT − the server's share"
+           " (queue + prefill, else its whole TTFT): the network, HTTP and JSON on both sides,"
+           " the server's frontend, the client's dispatch lag. `{mean, median, p90, p99}`: the"
+           " mean exact over the same requests, a percentile the client's minus the server's",
+           split, srv, distribution=True),
+        _m("e2e_overhead_s", "E2E overhead", "s", LOWER, "client E2E − the server's share"
+           " (queue + prefill + decode, else its whole E2E), as `ttft_overhead_s`", split, srv,
+           distribution=True),
+        _m("ttft_overhead_pct", "TTFT overhead share", "%", LOWER, "`ttft_overhead_s` mean ÷"
+           " client TTFT mean × 100", split, srv),
+        _m("e2e_overhead_pct", "E2E overhead share", "%", LOWER, "`e2e_overhead_s` mean ÷"
+           " client E2E mean × 100", split, srv),
+        _m("ttft_frontend_s", "server frontend (TTFT)", "s", LOWER, "the server's TTFT mean −"
+           " its queue and prefill means: vLLM's TTFT starts at its HTTP frontend and its queue"
+           " at the engine core, so this is tokenization and the hand-off", split, srv),
+        _m("ttft_network_s", "client and network (TTFT)", "s", LOWER, "client TTFT mean − the"
+           " server's TTFT mean: HTTP, the network and the client, dispatch lag included",
+           split, srv),
+        _m("e2e_frontend_s", "server frontend (E2E)", "s", LOWER, "the server's E2E mean − its"
+           " queue, prefill and decode means", split, srv),
+        _m("e2e_network_s", "client and network (E2E)", "s", LOWER, "client E2E mean − the"
+           " server's E2E mean", split, srv),
     ]
     peak = ("÷ peak memory bandwidth (the datasheet's; `_measured`: the probe's)")
     metrics += _phases("mbu_", "MBU", "fraction", HIGHER, "bytes the phase's steps had to read"

