@@ -26,6 +26,22 @@ _LLAMA3 = dict(
     eos_token_ids=(128001, 128008, 128009),
 )
 
+_SMOLLM2_135M = dict(
+    vocab_size=49152,
+    hidden_size=576,
+    intermediate_size=1536,
+    num_hidden_layers=30,
+    num_attention_heads=9,
+    num_key_value_heads=3,
+    rms_norm_eps=1e-5,
+    rope_theta=100000.0,
+    max_position_embeddings=8192,
+    tie_word_embeddings=True,
+    bos_token_id=0,
+    eos_token_ids=(0,),
+)
+
+
 PRESETS: Registry[dict] = Registry("model preset", {
     "tiny": dict(
         vocab_size=512,
@@ -40,37 +56,11 @@ PRESETS: Registry[dict] = Registry("model preset", {
         bos_token_id=1,
         eos_token_ids=(2,),
     ),
-    "smollm2-135m": dict(
-        vocab_size=49152,
-        hidden_size=576,
-        intermediate_size=1536,
-        num_hidden_layers=30,
-        num_attention_heads=9,
-        num_key_value_heads=3,
-        rms_norm_eps=1e-5,
-        rope_theta=100000.0,
-        max_position_embeddings=8192,
-        tie_word_embeddings=True,
-        bos_token_id=0,
-        eos_token_ids=(0,),
-    ),
+    "smollm2-135m": _SMOLLM2_135M,
     # smollm2-135m's layer stack with an 896-token vocabulary (106.7M parameters): a ~100M
     # checkpoint whose tokenizer llmperf-export trains in full from the shipped ShareGPT
     # sample, which yields 920 tokens. A real server loads it in minutes on a CPU.
-    "llama-107m": dict(
-        vocab_size=896,
-        hidden_size=576,
-        intermediate_size=1536,
-        num_hidden_layers=30,
-        num_attention_heads=9,
-        num_key_value_heads=3,
-        rms_norm_eps=1e-5,
-        rope_theta=100000.0,
-        max_position_embeddings=8192,
-        tie_word_embeddings=True,
-        bos_token_id=1,
-        eos_token_ids=(2,),
-    ),
+    "llama-107m": {**_SMOLLM2_135M, "vocab_size": 896, "bos_token_id": 1, "eos_token_ids": (2,)},
     "qwen2.5-0.5b": dict(
         vocab_size=151936,
         hidden_size=896,
