@@ -35,6 +35,7 @@ from llmperf.gate.provenance import describe, machine_facts
 from llmperf.gate.runs import validity_notes
 from llmperf.gate.sides import (
     DEFAULT_BENCHMARK,
+    DEFAULT_THREADS,
     Pair,
     Side,
     fresh_folder,
@@ -68,6 +69,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="a figure to gate, repeatable; default all: " + ", ".join(DEFAULT_FIGURES))
     p.add_argument("--out", type=Path, metavar="DIR",
                    help="where the runs and ab.json go (default reports/ab/<timestamp>)")
+    p.add_argument("--threads", type=int, default=DEFAULT_THREADS, metavar="N",
+                   help=f"torch threads of each run (default {DEFAULT_THREADS}; 0: torch's default)")
     p.add_argument("--markdown", type=Path, metavar="FILE", help="also write the verdict as markdown")
     p.add_argument("--allow-invalid", action="store_true",
                    help="judge runs that failed their validity checks instead of failing")
@@ -88,6 +91,8 @@ def percent(text: str) -> float:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.threads < 0:
+        raise GateError(f"--threads {args.threads} must be >= 0 (0: torch's default)")
     if args.pairs < MIN_PAIRS:
         raise GateError(f"--pairs {args.pairs}: the paired interval needs at least {MIN_PAIRS}")
     figures = [figure_named(n) for n in args.figure] or [figure_named(n) for n in DEFAULT_FIGURES]
@@ -107,7 +112,8 @@ def run(args: argparse.Namespace) -> int:
               flush=True)
         pairs = run_pairs(base, head, overrides, args.pairs, out,
                           on_run=lambda i, side: print(f"  pair {i + 1}/{args.pairs}: {side.role}",
-                                                       flush=True))
+                                                       flush=True),
+                          threads=args.threads)
     results, text = judge_pairs(pairs, figures, args.tolerance, args.counter_tolerance,
                                 base.label, head.label)
     invalid = [note for pair in pairs for job in pair for note in validity_notes(job)]

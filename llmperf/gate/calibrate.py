@@ -30,7 +30,7 @@ from llmperf.gate.errors import GateError
 from llmperf.gate.paired import MIN_PAIRS
 from llmperf.gate.provenance import describe, machine_facts
 from llmperf.gate.runs import load_job
-from llmperf.gate.sides import DEFAULT_BENCHMARK, Side, fresh_folder, run_once
+from llmperf.gate.sides import DEFAULT_BENCHMARK, DEFAULT_THREADS, Side, fresh_folder, run_once
 
 DEFAULT_ROUNDS = 12
 DEFAULT_TRIALS = 20
@@ -54,6 +54,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--figure", default="decode_step_p10_s", metavar="NAME",
                    help="the timed figure to calibrate (default decode_step_p10_s)")
     p.add_argument("--seed", type=int, default=0, help="seed of the draws of pairs")
+    p.add_argument("--threads", type=int, default=DEFAULT_THREADS, metavar="N",
+                   help=f"torch threads of each run, as `ab --threads` (default {DEFAULT_THREADS})")
     p.add_argument("--out", type=Path, metavar="DIR",
                    help="where the runs and calibrate.json go (default reports/calibrate/<timestamp>)")
     p.add_argument("--from", dest="from_dirs", type=Path, action="append", metavar="DIR",
@@ -75,6 +77,8 @@ def run(args: argparse.Namespace) -> int:
     if not figure.timed:
         raise GateError(f"{args.figure} is a counter; calibrate a timed figure:"
                         f" {', '.join(n for n, f in FIGURES.items() if f.timed)}")
+    if args.threads < 0:
+        raise GateError(f"--threads {args.threads} must be >= 0 (0: torch's default)")
     if not MIN_PAIRS <= args.pairs <= (10**6 if args.from_dirs else args.rounds):
         raise GateError(f"--pairs {args.pairs} must be between {MIN_PAIRS} and --rounds"
                         f" {args.rounds}")
@@ -96,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
         stamp = datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
         out = fresh_folder(args.out or Path("reports/calibrate") / stamp)
         values = measure(side, args.overrides or list(DEFAULT_BENCHMARK), conditions,
-                         args.rounds, out)
+                         args.rounds, out, args.threads)
     report = judge_conditions(values, figure.name, args)
     report["machine"] = describe(machine_facts(load_job(out / "round0-a")))
     print_report(report, args)
@@ -105,7 +109,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def measure(side: Side, overrides: list[str], conditions: dict[str, tuple[str, ...]],
-            rounds: int, out: Path) -> dict[str, list[dict[str, float]]]:
+            rounds: int, out: Path, threads: int = DEFAULT_THREADS
+            ) -> dict[str, list[dict[str, float]]]:
     """Every timed figure of every run, per condition, one entry per round."""
     names = list(conditions)
     figures = [f for f in FIGURES.values() if f.timed]
@@ -115,7 +120,7 @@ def measure(side: Side, overrides: list[str], conditions: dict[str, tuple[str, .
         print(f"round {r + 1}/{rounds}: {' '.join(order)}", flush=True)
         for name in order:
             folder = out / f"round{r}-{_slug(name)}"
-            job = run_once(side, [*overrides, *conditions[name]], folder)
+            job = run_once(side, [*overrides, *conditions[name]], folder, threads)
             values[name].append(read_figures(job, readable([job], figures)[0]))
     return values
 

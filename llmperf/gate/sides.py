@@ -36,6 +36,11 @@ DEFAULT_BENCHMARK: tuple[str, ...] = (
     "telemetry.enabled=false",
 )
 RUN_TIMEOUT_S = 600
+# Torch threads of each benchmark run. One: a decode step on all of a small machine's cores
+# waits at every op for the slowest of them, so anything else on the machine (a second
+# hyperthread's neighbour, the OS) stretches it; on one core, with the others left free, the
+# runs of one commit varied about half as much here (docs/gate.md, "Calibration").
+DEFAULT_THREADS = 1
 
 
 @dataclass(frozen=True)
@@ -46,10 +51,14 @@ class Side:
     label: str  # for tables: "base 2eca816" / "head (working tree at 2eca816)"
 
 
-def run_once(side: Side, overrides: Sequence[str], folder: Path) -> Job:
-    """One llmperf run of `side` into `folder`; GateError with the run's last error line."""
+def run_once(side: Side, overrides: Sequence[str], folder: Path,
+             threads: int = DEFAULT_THREADS) -> Job:
+    """One llmperf run of `side` into `folder` (torch on `threads` threads; 0: torch's
+    default); GateError with the run's last error line."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, (str(side.root), env.get("PYTHONPATH"))))
+    if threads:
+        env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(threads)
     command = [sys.executable, "-m", "llmperf", *overrides, "report.enabled=false",
                f"hydra.run.dir={folder}"]
     try:
@@ -86,7 +95,8 @@ def terminated_as_exit() -> Iterator[None]:
 
 def run_pairs(base: Side, head: Side, overrides: Sequence[str], num_pairs: int, out: Path,
               head_overrides: Sequence[str] = (),
-              on_run: Callable[[int, Side], None] | None = None) -> list[Pair]:
+              on_run: Callable[[int, Side], None] | None = None,
+              threads: int = DEFAULT_THREADS) -> list[Pair]:
     """`num_pairs` pairs, A B then B A alternately; run folders out/pairN-base, out/pairN-head."""
     pairs = []
     for i in range(num_pairs):
@@ -96,6 +106,7 @@ def run_pairs(base: Side, head: Side, overrides: Sequence[str], num_pairs: int, 
             if on_run is not None:
                 on_run(i, side)
             extra = head_overrides if side is head else ()
-            jobs[side.role] = run_once(side, [*overrides, *extra], out / f"pair{i}-{side.role}")
+            jobs[side.role] = run_once(side, [*overrides, *extra], out / f"pair{i}-{side.role}",
+                                       threads)
         pairs.append((jobs["base"], jobs["head"]))
     return pairs
