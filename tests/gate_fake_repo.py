@@ -37,7 +37,8 @@ summary = {{"schema_version": 1, "valid": args.get("valid", "true") == "true",
            "output_throughput_tps": 4 / step_s, "e2e_s": {{"median": step_s * 100}}}}
 (folder / "summary.json").write_text(json.dumps(summary))
 (folder / "environment.json").write_text(json.dumps({{"cpu_model": "Fake CPU",
-    "torch": {{"version": "2.13.0+cpu", "num_threads": 2, "devices": []}},
+    "torch": {{"version": "2.13.0+cpu", "num_threads": int(os.environ.get("OMP_NUM_THREADS", 2)),
+              "devices": []}},
     "git": {{"commit": "{tag}", "dirty": False}}}}))
 if "order_log" in args:
     with open(args["order_log"], "a") as f:

@@ -59,8 +59,16 @@ def test_a_ten_percent_slower_head_fails_and_the_sides_alternate(repo, tmp_path,
         "v1", "pair0-base", "v2", "pair0-head", "v2", "pair1-head", "v1", "pair1-base",
         "v1", "pair2-base", "v2", "pair2-head", "v2", "pair3-head", "v1", "pair3-base",
         "v1", "pair4-base", "v2", "pair4-head", "v2", "pair5-head", "v1", "pair5-base"]
-    assert "base: base " in out and "Fake CPU, 2 threads" in out
+    # Each run on one torch thread by default (--threads), as the runs' provenance says.
+    assert "base: base " in out and "Fake CPU, 1 thread" in out
     assert git(repo, "worktree", "list").count("\n") == 0  # the temporary worktrees are gone
+
+
+def test_threads_zero_leaves_torch_its_default(repo, tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    base = commit_version(repo, "v1")
+    assert ab(tmp_path, "--base", base, "--head", "HEAD", "--pairs", "5", "--threads", "0") == 0
+    assert "Fake CPU, 2 threads" in capsys.readouterr().out
 
 
 def test_the_same_code_passes_and_a_counter_that_moves_fails_exactly(repo, tmp_path, capsys):
@@ -122,6 +130,7 @@ def test_the_base_comes_from_the_baseline_or_falls_back_clearly(repo, tmp_path, 
     (["--base", "HEAD", "--figure", "ttft"], "unknown A/B figure 'ttft'"),
     (["--baseline", "missing.json"], "baseline not found: missing.json"),
     (["--base", "HEAD", "--pairs", "4"], "needs at least 5"),
+    (["--base", "HEAD", "--threads", "-1"], "--threads -1 must be >= 0"),
     (["--base", "HEAD", "--out", "."], ". already exists and is not empty"),
 ])
 def test_usage_errors_are_one_line_and_exit_2(repo, tmp_path, capsys, args, message):

@@ -43,7 +43,7 @@ from llmperf.gate.sides import (
     terminated_as_exit,
 )
 
-DEFAULT_PAIRS = 8
+DEFAULT_PAIRS = 12  # docs/gate.md, "Calibration": what 10% needs on a noisy 2-core machine
 DEFAULT_TOLERANCE = 0.05  # timed figures; counters default to 0 (exact)
 
 
@@ -70,7 +70,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", type=Path, metavar="DIR",
                    help="where the runs and ab.json go (default reports/ab/<timestamp>)")
     p.add_argument("--threads", type=int, default=DEFAULT_THREADS, metavar="N",
-                   help=f"torch threads of each run (default {DEFAULT_THREADS}; 0: torch's default)")
+                   help=f"torch threads of each run, pinned to as many of the last CPUs (default"
+                        f" {DEFAULT_THREADS}; 0: torch's default, unpinned)")
     p.add_argument("--markdown", type=Path, metavar="FILE", help="also write the verdict as markdown")
     p.add_argument("--allow-invalid", action="store_true",
                    help="judge runs that failed their validity checks instead of failing")

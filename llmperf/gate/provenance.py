@@ -56,5 +56,5 @@ def describe(facts: dict[str, Any]) -> str:
     if facts.get("device"):
         parts.append(str(facts["device"]))
     if facts.get("threads"):
-        parts.append(f"{facts['threads']} threads")
+        parts.append(f"{facts['threads']} thread{'s' if facts['threads'] != 1 else ''}")
     return ", ".join(parts) or "not recorded"

@@ -43,6 +43,18 @@ RUN_TIMEOUT_S = 600
 DEFAULT_THREADS = 1
 
 
+def _pinned(threads: int) -> Callable[[], None] | None:
+    """A preexec_fn that pins the run to the last `threads` CPUs this process may use (the
+    gate's own process and the OS keep the first), or None where there are no spare CPUs."""
+    if not threads or not hasattr(os, "sched_getaffinity"):
+        return None
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) <= threads:
+        return None
+    chosen = set(cpus[-threads:])
+    return lambda: os.sched_setaffinity(0, chosen)
+
+
 @dataclass(frozen=True)
 class Side:
     role: str  # "base" or "head"
@@ -53,17 +65,19 @@ class Side:
 
 def run_once(side: Side, overrides: Sequence[str], folder: Path,
              threads: int = DEFAULT_THREADS) -> Job:
-    """One llmperf run of `side` into `folder` (torch on `threads` threads; 0: torch's
-    default); GateError with the run's last error line."""
+    """One llmperf run of `side` into `folder`: torch on `threads` threads pinned to as many
+    of the machine's last CPUs (0: torch's default, unpinned), PYTHONHASHSEED fixed;
+    GateError with the run's last error line."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, (str(side.root), env.get("PYTHONPATH"))))
     if threads:
         env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(threads)
+    env["PYTHONHASHSEED"] = "0"  # the same dict and set orders in every run
     command = [sys.executable, "-m", "llmperf", *overrides, "report.enabled=false",
                f"hydra.run.dir={folder}"]
     try:
         out = subprocess.run(command, cwd=side.root, env=env, capture_output=True, text=True,
-                             timeout=RUN_TIMEOUT_S)
+                             timeout=RUN_TIMEOUT_S, preexec_fn=_pinned(threads))
     except subprocess.TimeoutExpired:
         raise GateError(f"the {side.label} run took over {RUN_TIMEOUT_S} s: {folder}") from None
     if out.returncode != 0:
