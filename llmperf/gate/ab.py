@@ -44,7 +44,7 @@ from llmperf.gate.sides import (
 )
 
 DEFAULT_PAIRS = 12  # docs/gate.md, "Calibration": what 10% needs on a noisy 2-core machine
-DEFAULT_TOLERANCE = 0.05  # timed figures; counters default to 0 (exact)
+DEFAULT_TOLERANCE = 0.03  # timed figures (docs/gate.md, "Calibration"); counters: 0 (exact)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -62,7 +62,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"base/head pairs, order alternating (default {DEFAULT_PAIRS},"
                         f" at least {MIN_PAIRS})")
     p.add_argument("--tolerance", type=percent, default=DEFAULT_TOLERANCE, metavar="PCT",
-                   help="how far a time may move the bad way (default 5%%)")
+                   help="how far a time may move the bad way (default 3%%)")
     p.add_argument("--counter-tolerance", type=percent, default=0.0, metavar="PCT",
                    help="how far a counter may move the bad way (default 0%%: exact)")
     p.add_argument("--figure", action="append", default=[], metavar="NAME",

@@ -50,7 +50,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--slowdowns", type=_slowdowns, default=DEFAULT_SLOWDOWNS, metavar="LIST",
                    help="injected slowdowns, comma-separated (default 5%%,10%%,20%%)")
     p.add_argument("--tolerance", type=percent, default=DEFAULT_TOLERANCE, metavar="PCT",
-                   help="the tolerance `ab` will use (default 5%%)")
+                   help="the tolerance `ab` will use (default 3%%)")
     p.add_argument("--figure", default="decode_step_p10_s", metavar="NAME",
                    help="the timed figure to calibrate (default decode_step_p10_s)")
     p.add_argument("--seed", type=int, default=0, help="seed of the draws of pairs")
