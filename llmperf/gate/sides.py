@@ -43,16 +43,13 @@ RUN_TIMEOUT_S = 600
 DEFAULT_THREADS = 1
 
 
-def _pinned(threads: int) -> Callable[[], None] | None:
-    """A preexec_fn that pins the run to the last `threads` CPUs this process may use (the
-    gate's own process and the OS keep the first), or None where there are no spare CPUs."""
+def _pin_cpus(threads: int) -> set[int] | None:
+    """The last `threads` CPUs this process may use (the gate's own process and the OS keep
+    the first), or None where there are no spare CPUs."""
     if not threads or not hasattr(os, "sched_getaffinity"):
         return None
     cpus = sorted(os.sched_getaffinity(0))
-    if len(cpus) <= threads:
-        return None
-    chosen = set(cpus[-threads:])
-    return lambda: os.sched_setaffinity(0, chosen)
+    return set(cpus[-threads:]) if len(cpus) > threads else None
 
 
 @dataclass(frozen=True)
@@ -75,14 +72,26 @@ def run_once(side: Side, overrides: Sequence[str], folder: Path,
     env["PYTHONHASHSEED"] = "0"  # the same dict and set orders in every run
     command = [sys.executable, "-m", "llmperf", *overrides, "report.enabled=false",
                f"hydra.run.dir={folder}"]
-    try:
-        out = subprocess.run(command, cwd=side.root, env=env, capture_output=True, text=True,
-                             timeout=RUN_TIMEOUT_S, preexec_fn=_pinned(threads))
-    except subprocess.TimeoutExpired:
-        raise GateError(f"the {side.label} run took over {RUN_TIMEOUT_S} s: {folder}") from None
-    if out.returncode != 0:
-        lines = (out.stderr.strip() or out.stdout.strip() or "no output").splitlines()
-        raise GateError(f"the {side.label} run failed (exit {out.returncode}): {lines[-1]}")
+    # Pinned once started (not in a preexec_fn: a SIGTERM that lands between fork and exec
+    # would be lost there, and the run would go on).
+    with subprocess.Popen(command, cwd=side.root, env=env, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True) as proc:
+        cpus = _pin_cpus(threads)
+        if cpus is not None:
+            with contextlib.suppress(OSError):  # it may have ended already
+                os.sched_setaffinity(proc.pid, cpus)
+        try:
+            stdout, stderr = proc.communicate(timeout=RUN_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+            raise GateError(f"the {side.label} run took over {RUN_TIMEOUT_S} s: {folder}") from None
+        except BaseException:  # SIGTERM, Ctrl-C: the run goes with the gate
+            proc.kill()
+            raise
+    if proc.returncode != 0:
+        lines = (stderr.strip() or stdout.strip() or "no output").splitlines()
+        raise GateError(f"the {side.label} run failed (exit {proc.returncode}): {lines[-1]}")
     return load_job(folder)
 
 
