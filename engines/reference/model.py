@@ -58,9 +58,16 @@ class Attention(nn.Module):
         k = k.reshape(num_tokens, self.num_kv_heads, self.head_dim)
         v = v.reshape(num_tokens, self.num_kv_heads, self.head_dim)
         q, k = apply_rotary(q, k, *rope)
-        store_kv(k_cache, v_cache, k, v, meta.slot_mapping)
-        out = backend(q, k_cache, v_cache, meta, self.scale)
+        out = attend(q, k, v, k_cache, v_cache, meta, backend, self.scale)
         return self.o_proj(out.reshape(num_tokens, -1))
+
+
+@torch.compiler.disable
+def attend(q, k, v, k_cache, v_cache, meta: AttentionMetadata, backend: AttentionBackend, scale: float):
+    """Store the new K/V, then attend. Left out of torch.compile (`engine.compile`): the backend
+    reads the step's lengths as Python ints, on which a compiled graph would specialise."""
+    store_kv(k_cache, v_cache, k, v, meta.slot_mapping)
+    return backend(q, k_cache, v_cache, meta, scale)
 
 
 def store_kv(k_cache, v_cache, k, v, slot_mapping) -> None:
