@@ -112,13 +112,11 @@ def attention() -> dict[str, Any]:
     from engines.reference.presets import get_preset
 
     cfg: ModelConfig = get_preset(MODEL)
+    backends = {name: get_backend(name) for name in ("triton", "sdpa")}
     out = {}
     for batch, context in ATTENTION_SHAPES:
-        q, k_cache, v_cache, meta = _decode_attention_inputs(cfg, batch, context)
-        times = {
-            name: _cuda_median_s(lambda b=get_backend(name): b(q, k_cache, v_cache, meta, cfg.head_dim**-0.5))
-            for name in ("triton", "sdpa")
-        }
+        args = (*_decode_attention_inputs(cfg, batch, context), cfg.head_dim**-0.5)
+        times = {name: _cuda_median_s(functools.partial(backend, *args)) for name, backend in backends.items()}
         out[f"batch{batch}_ctx{context}"] = {
             "triton_s": times["triton"],
             "sdpa_s": times["sdpa"],
@@ -159,6 +157,7 @@ def _engine(precision: str = "bf16", compile: bool = False):
     return ReferenceEngine(
         model=MODEL, precision=precision, device="cuda", compile=compile,
         max_num_seqs=max(DECODE_BATCHES), max_model_len=max(PREFILL_TOKENS, CONTEXT) + 16,
+        max_num_batched_tokens=PREFILL_TOKENS,
         num_kv_blocks=max(DECODE_BATCHES) * (PREFILL_TOKENS // 16 + 2),
     )  # fmt: skip
 
@@ -192,38 +191,39 @@ def decode() -> dict[str, Any]:
 
 def cuda_graph() -> dict[str, Any]:
     """One decode step's forward replayed from a captured CUDA graph, against eager launches."""
+    return {f"batch{batch}": _graph_against_eager(_engine(), batch) for batch in DECODE_BATCHES}
+
+
+def _graph_against_eager(eng, batch: int) -> dict[str, float]:
     from engines.reference.decode_probe import decode_batch, release
 
-    eng = _engine()
-    out = {}
-    for batch in DECODE_BATCHES:
-        steps = decode_batch(eng, batch, CONTEXT)
-        inputs, _ = eng.runner.prepare(steps)
-        runner = eng.runner
-        meta = runner._metadata(inputs)
-        _ = meta.decode_batch  # derived before capture: it allocates
-        dev = eng.device
-        ids = torch.tensor(inputs.input_ids, device=dev)
-        pos = torch.tensor(inputs.positions, device=dev)
-        rows = torch.tensor(inputs.logits_rows, device=dev)
+    runner, dev = eng.runner, eng.device
+    steps = decode_batch(eng, batch, CONTEXT)
+    inputs, _ = runner.prepare(steps)
+    meta = runner._metadata(inputs)
+    _ = meta.decode_batch  # derived before capture: it allocates
+    ids = torch.tensor(inputs.input_ids, device=dev)
+    pos = torch.tensor(inputs.positions, device=dev)
+    rows = torch.tensor(inputs.logits_rows, device=dev)
 
-        def forward():
-            with torch.inference_mode():
-                return eng.model(ids, pos, runner.kv_layers, meta, runner.backend, rows)
+    def forward():
+        with torch.inference_mode():
+            return eng.model(ids, pos, runner.kv_layers, meta, runner.backend, rows)
 
+    try:
         eager_s = _cuda_median_s(forward)
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream):
-            forward()
+            forward()  # warm-up off the capture stream, as CUDA graphs require
         torch.cuda.current_stream().wait_stream(stream)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
             forward()
         graph_s = _cuda_median_s(graph.replay)
+    finally:
         release(eng, steps)
-        out[f"batch{batch}"] = {"eager_s": eager_s, "graph_s": graph_s, "speedup": eager_s / graph_s}
-    return out
+    return {"eager_s": eager_s, "graph_s": graph_s, "speedup": eager_s / graph_s}
 
 
 def compile_speedup() -> dict[str, Any]:
