@@ -48,8 +48,12 @@ def build_rank_model(options: dict[str, Any], rank: int, world: int, device: tor
     if world > 1:
         shard_model(model, rank, world)
     quantize_model(model, options["precision"])
-    if device.type == "cpu":
-        optimize_cpu_layout(model)
+    if options.get("compile"):
+        # Traced once for every layer: weights are graph inputs, token counts dynamic, and the
+        # attention call (model.attend) runs eager. Compiles lazily, on the first steps.
+        model.forward = torch.compile(model.forward, dynamic=True)
+    elif device.type == "cpu":
+        optimize_cpu_layout(model)  # opaque packed weights that inductor cannot trace
     return RankModel(
         model=model,
         config=config,

@@ -114,6 +114,15 @@ class ReferenceEngine(ThreadedEngine, OfflineAPI):
         self._flushed_order = -1  # requests up to this order may launch in a partial batch
         self._step_lock = threading.Lock()  # one forward at a time (loop, logits())
         self._ids = itertools.count()
+        self.compile_s = self._warm_up_compiled() if opts.compile else None
+
+    def _warm_up_compiled(self) -> float:
+        """Seconds spent compiling (engine.compile): a prefill and decode steps run through the
+        compiled model before any request, then forgotten, so no measured step pays for it."""
+        start = time.perf_counter()
+        self.generate([[self.config.bos_token_id or 1] * 8] * 2, max_tokens=3, ignore_eos=True)
+        self._steps.clear()
+        return time.perf_counter() - start
 
     # -- Engine protocol (start, stop, stream, abort, is_alive: engines/threaded.py) ----
 
@@ -144,6 +153,7 @@ class ReferenceEngine(ThreadedEngine, OfflineAPI):
         return {
             **local_model_info(self, compute_dtype, self.kv.storage.element_size()),
             "rank_weight_bytes": self.rank_weight_bytes,
+            "compile_s": self.compile_s,
             **self.options,
         }
 

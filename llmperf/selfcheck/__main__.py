@@ -1,0 +1,3 @@
+from llmperf.selfcheck.cli import main
+
+raise SystemExit(main())
