@@ -37,10 +37,6 @@ class Figure:
         return metric(self.base).definition
 
     def read(self, job: Job) -> float:
-        if self.base == "work.bytes_per_token":
-            return bytes_per_token(job)
-        if self.base == "work.flops_per_token":
-            return flops_per_token(job)
         return job_value(job, self.base)
 
 

@@ -140,6 +140,8 @@ def select_job(jobs: list[Job], selector: Selector | None, spec: MetricSpec, whe
 def job_value(job: Job, base: str) -> float:
     """The figure `base` of one job."""
     figure = metric(base)
+    if figure.group == "work":  # from steps.jsonl and the summary's model accounting together
+        return figure.compute()(job)
     if figure.source == "steps.jsonl":
         steps = job.steps()
         try:
