@@ -234,6 +234,22 @@ def test_sampling_at_50ms_uses_under_3pct_of_a_core() -> None:
     assert cpu_s / wall_s < 0.03
 
 
+def test_the_collector_reports_its_own_cpu_time() -> None:
+    # While the main thread sleeps, the process's CPU time is the sampling thread's (plus
+    # a little of the interpreter's): its own account must agree with the process's.
+    pytest.importorskip("psutil")  # imported here, not inside the measured span
+    collector = Collector(interval_s=0.01, source="process")
+    cpu0 = time.process_time()
+    collector.start()
+    time.sleep(0.5)
+    samples = collector.stop()
+    process_cpu_s = time.process_time() - cpu0
+    assert len(samples) >= 20
+    assert 0 < collector.cpu_s <= process_cpu_s
+    assert collector.cpu_s >= 0.5 * process_cpu_s
+    assert collector.summarize()["telemetry_collector_cpu_s"] == collector.cpu_s
+
+
 def test_a_collector_restarts_with_fresh_samples() -> None:
     collector = Collector(interval_s=10.0, source="process")
     assert collector.interval_s == 10.0

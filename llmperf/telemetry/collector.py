@@ -44,6 +44,7 @@ class Collector:
         self._samples: list[Sample] = []
         self._stop_event = threading.Event()
         self._thread: threading.Thread | None = None
+        self._cpu_s = 0.0  # the sampling thread's own CPU time (time.thread_time) this run
 
     @property
     def sources_used(self) -> list[str]:
@@ -59,7 +60,7 @@ class Collector:
             raise RuntimeError("collector already started")
         self._samplers, self._skipped = open_samplers(self.source, self.device_indices)
         self.t0 = time.perf_counter() if t0 is None else t0
-        self._samples, self._read_errors = [], {}
+        self._samples, self._read_errors, self._cpu_s = [], {}, 0.0
         self._stop_event.clear()
         self._thread = threading.Thread(target=self._run, name="llmperf-telemetry", daemon=True)
         self._thread.start()
@@ -82,7 +83,13 @@ class Collector:
     def samples(self) -> list[Sample]:
         return list(self._samples)
 
+    @property
+    def cpu_s(self) -> float:
+        """CPU seconds the sampling thread itself used (reads and bookkeeping), once stopped."""
+        return self._cpu_s
+
     def _run(self) -> None:
+        cpu0_s = time.thread_time()
         try:
             next_s = time.perf_counter()
             while True:
@@ -102,6 +109,7 @@ class Collector:
                     sampler.close()
                 except Exception as e:  # closing must not end the run
                     self._read_errors.setdefault(sampler.name, f"close failed: {e}")
+            self._cpu_s = time.thread_time() - cpu0_s
 
     def _take_sample(self) -> None:
         timestamp_s = time.perf_counter() - self.t0
@@ -140,6 +148,7 @@ class Collector:
         summary = {
             "telemetry_source": "+".join(self.sources_used),
             "telemetry_interval_s": self.interval_s,
+            "telemetry_collector_cpu_s": self._cpu_s,
             **summarize(self.samples, start_s, end_s),
             "telemetry_unavailable": self.unavailable(),
         }
