@@ -13,6 +13,12 @@ into a markdown table with the command lines. Each vLLM measurement follows a 4-
 of the same command, so that vLLM's compile cache is warm. vLLM's figure includes no warmup exclusion
 (its own definition: all requests over the elapsed time); llmperf's is the measured window
 after 2 warmup requests, so the two are each tool's own offline figure.
+
+Below the table, for each precision, where the reference engine's time went: its measured
+window split by step kind from its own steps.jsonl (prefill, decode, and the time between
+steps), each kind's share of llmperf's roofline bound, and torch.profiler's ops of one decode
+step at the run's median decode batch (scripts/profile_decode.py). `--render-only` rewrites
+the page from an earlier run's --work-dir without measuring again.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ import argparse
 import json
 import os
 import shlex
+import statistics
 import subprocess
 import sys
 from datetime import datetime, timezone
@@ -45,6 +52,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--work-dir", default="/tmp/llmperf-engine-vs-vllm")
     p.add_argument("--out", default=str(ROOT / "docs/engine-vs-vllm.md"))
     p.add_argument("--note", action="append", default=[], help="a line for the page")
+    p.add_argument("--render-only", action="store_true",
+                   help="write the page from --work-dir's earlier results; measure nothing")
     return p.parse_args()
 
 
@@ -71,6 +80,48 @@ def llmperf_command(args, precision: str, run_dir: Path) -> list[str]:
             "telemetry.enabled=false", "report.enabled=false", f"hydra.run.dir={run_dir}"]
 
 
+def decode_steps(run_dir: Path) -> list[dict]:
+    """The decode steps of the reference run's measured window."""
+    summary = json.loads((run_dir / "summary.json").read_text())
+    start, end = summary["window_start_s"], summary["window_end_s"]
+    steps = [json.loads(line) for line in (run_dir / "steps.jsonl").read_text().splitlines() if line]
+    return [x for x in steps if start <= x["start_s"] <= end and x["kind"] == "decode"]
+
+
+def profile_command(args, precision: str, run_dir: Path) -> list[str]:
+    """One decode step at the run's median decode batch and mean context, op by op."""
+    steps = decode_steps(run_dir)
+    batch = int(statistics.median(x["num_seqs"] for x in steps))
+    context = int(statistics.mean(x["context_tokens"] / x["num_seqs"] for x in steps))
+    return [sys.executable, str(ROOT / "scripts/profile_decode.py"), f"model={args.checkpoint}",
+            f"precision={precision}", f"batch={batch}", f"context={context}", "repeats=5", "rows=12"]
+
+
+def time_split(run_dir: Path) -> list[str]:
+    """Markdown rows: the measured window by step kind, with each kind's share of the roofline."""
+    summary = json.loads((run_dir / "summary.json").read_text())
+    start, end = summary["window_start_s"], summary["window_end_s"]
+    window = end - start
+    steps = [json.loads(line) for line in (run_dir / "steps.jsonl").read_text().splitlines() if line]
+    steps = [x for x in steps if start <= x["start_s"] <= end]
+    rows = ["| part | steps | mean sequences a step | seconds | share of the window | roofline bound ÷ time |",
+            "|---|---|---|---|---|---|"]
+    for kind in ("prefill", "mixed", "decode"):
+        mine = [x for x in steps if x["kind"] == kind]
+        if not mine:
+            continue
+        seconds = sum(x["duration_s"] for x in mine)
+        mbu, mfu = summary.get(f"mbu_{kind}"), summary.get(f"mfu_{kind}")
+        bound = max(v for v in (mbu, mfu) if v is not None) if (mbu or mfu) else None
+        rows.append(f"| {kind} | {len(mine)} | {statistics.mean(x['num_seqs'] for x in mine):.1f} | "
+                    f"{seconds:.2f} | {seconds / window:.0%} | "
+                    f"{'' if bound is None else f'{bound:.2f} (MBU {mbu:.2f}, MFU {mfu:.2f})'} |")
+    between = window - sum(x["duration_s"] for x in steps)
+    rows.append(f"| between steps (scheduler, sampling hand-off, Python) | | | {between:.2f} | "
+                f"{between / window:.0%} | |")
+    return rows
+
+
 def main() -> int:
     args = parse_args()
     if not Path(args.vllm).is_file():
@@ -86,25 +137,32 @@ def main() -> int:
     rows = []
     for precision in args.precisions.split(","):
         result = work / f"vllm-{precision}.json"
-        # vLLM compiles its model on first use and caches it: a short run first, so the
-        # measured one does not count a cold compile (it took ~20 s of a 32 s run here).
-        warm = vllm_command(args, precision, work / f"vllm-{precision}-warmup.json")
-        warm[warm.index("--num-prompts") + 1] = "4"
-        run(warm, vllm_env, work / f"vllm-{precision}-warmup.log")
         vcmd = vllm_command(args, precision, result)
-        run(vcmd, vllm_env, work / f"vllm-{precision}.log")
-        v = json.loads(result.read_text())
-        vllm_tps = v["requests_per_second"] * OUTPUT_TOKENS
         run_dir = work / f"reference-{precision}"
         lcmd = llmperf_command(args, precision, run_dir)
-        run(lcmd, ours_env, work / f"reference-{precision}.log")
+        profile = work / f"profile-{precision}.txt"
+        if not args.render_only:
+            # vLLM compiles its model on first use and caches it: a short run first, so the
+            # measured one does not count a cold compile (it took ~20 s of a 32 s run here).
+            warm = vllm_command(args, precision, work / f"vllm-{precision}-warmup.json")
+            warm[warm.index("--num-prompts") + 1] = "4"
+            run(warm, vllm_env, work / f"vllm-{precision}-warmup.log")
+            run(vcmd, vllm_env, work / f"vllm-{precision}.log")
+            run(lcmd, ours_env, work / f"reference-{precision}.log")
+            pcmd = profile_command(args, precision, run_dir)
+            run(pcmd, ours_env, profile)
+        elif not (result.is_file() and (run_dir / "summary.json").is_file()):
+            print(f"engine_vs_vllm: error: --render-only needs {result} and {run_dir}/summary.json")
+            return 2
+        v = json.loads(result.read_text())
+        vllm_tps = v["requests_per_second"] * OUTPUT_TOKENS
         s = json.loads((run_dir / "summary.json").read_text())
         ours_tps = s["output_throughput_tps"]
         print(f"{precision}: vLLM {vllm_tps:.1f} output tok/s ({v['requests_per_second']:.2f} req/s), "
               f"reference {ours_tps:.1f} ({s['request_throughput_rps']:.2f} req/s): "
               f"ratio {ours_tps / vllm_tps:.2f}", flush=True)
         rows.append((precision, vllm_tps, v["requests_per_second"], ours_tps, s["request_throughput_rps"],
-                     vcmd, lcmd))
+                     vcmd, lcmd, run_dir, profile))
     Path(args.out).write_text(render(args, rows), encoding="utf-8")
     print(f"wrote {args.out}")
     return 0
@@ -112,7 +170,8 @@ def main() -> int:
 
 def render(args, rows) -> str:
     def cmdline(cmd: list[str]) -> str:
-        return shlex.join(["python" if c == sys.executable else c for c in cmd])
+        return shlex.join(["python" if c == sys.executable else
+                           os.path.relpath(c, ROOT) if c.startswith(str(ROOT)) else c for c in cmd])
 
     cfg = json.loads((Path(args.checkpoint) / "config.json").read_text())
     lines = [
@@ -133,10 +192,19 @@ def render(args, rows) -> str:
         "| precision | vLLM output tok/s | vLLM req/s | reference output tok/s | reference req/s | reference ÷ vLLM |",
         "|---|---|---|---|---|---|",
     ]
-    for precision, vtps, vrps, otps, orps, _, _ in rows:
+    for precision, vtps, vrps, otps, orps, *_ in rows:
         lines.append(f"| {precision} | {vtps:.1f} | {vrps:.2f} | {otps:.1f} | {orps:.2f} | {otps / vtps:.2f} |")
+    for precision, *_, run_dir, profile in rows:
+        lines += ["", f"## Where the reference engine's time went, {precision}", "",
+                  "Its measured window, from its own steps.jsonl; the last column is llmperf's roofline "
+                  "bound for those steps (the larger of MBU and MFU, against this machine's probed "
+                  "ceilings) ÷ their time: 1.0 would be at the limit.", "", *time_split(run_dir)]
+        if profile.is_file():
+            lines += ["", f"One decode step at the run's median batch, op by op "
+                      f"(`{cmdline(profile_command(args, precision, run_dir))}`):", "", "```",
+                      *profile.read_text().strip().splitlines(), "```"]
     lines += ["", "## Command lines", "", "```"]
-    for *_, vcmd, lcmd in rows:
+    for _, _, _, _, _, vcmd, lcmd, *_ in rows:
         lines += [cmdline(vcmd), cmdline(lcmd)]
     lines += ["```", ""]
     return "\n".join(lines)

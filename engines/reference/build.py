@@ -53,7 +53,8 @@ def build_rank_model(options: dict[str, Any], rank: int, world: int, device: tor
         # attention call (model.attend) runs eager. Compiles lazily, on the first steps.
         model.forward = torch.compile(model.forward, dynamic=True)
     elif device.type == "cpu":
-        optimize_cpu_layout(model)  # opaque packed weights that inductor cannot trace
+        # Opaque packed weights that inductor cannot trace; bf16 widened where the CPU lacks bf16.
+        optimize_cpu_layout(model, options.get("cpu_bf16_matmul", "native"))
     return RankModel(
         model=model,
         config=config,

@@ -3,7 +3,8 @@
 `decode_batch` gives `batch` sequences `context` cached positions each (blocks
 reserved in the engine's KV cache, contents left as they are: attention costs
 the same whatever the keys say) and returns the step that decodes one token of
-each. `run_step` runs it as the engine's loop would (forward, then greedy
+each; `prefill_batch` gives fresh sequences due their whole prompt. `run_step`
+runs a step as the engine's loop would (forward, then greedy
 sampling); it can run again and again, each time writing the same slots.
 """
 
@@ -33,6 +34,24 @@ def decode_batch(engine, batch: int, context: int) -> list[ScheduledSeq]:
             raise ValueError(f"the KV cache has no room for {batch} x {context + 1} positions")
         seq.num_computed_tokens = context
         steps.append(ScheduledSeq(seq, 1, is_prefill=False))
+    return steps
+
+
+def prefill_batch(engine, batch: int, prompt: int) -> list[ScheduledSeq]:
+    """`batch` fresh sequences of `prompt` tokens each, all due their whole prompt in one step
+    (a prefill step of batch x prompt tokens, as the offline workload's first steps are)."""
+    steps = []
+    for i in range(batch):
+        seq = Sequence(
+            request_id=f"probe-prefill-{i}",
+            prompt_token_ids=[3 + (i + j) % 64 for j in range(prompt)],
+            max_tokens=1 << 20,
+            sampling=SamplingParams(ignore_eos=True),
+        )
+        engine.kv.admit(seq, reuse_prefix=False)
+        if not engine.kv.grow(seq, prompt):
+            raise ValueError(f"the KV cache has no room for {batch} x {prompt} positions")
+        steps.append(ScheduledSeq(seq, prompt, is_prefill=True))
     return steps
 
 

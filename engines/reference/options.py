@@ -6,7 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from engines.options import EngineConfig
-from llmperf.options import check_positive, option
+from llmperf.options import check_choice, check_positive, option
+
+CPU_BF16_MATMULS = ("auto", "native", "fp32")
 
 
 @dataclass
@@ -27,6 +29,12 @@ class ReferenceEngineConfig(EngineConfig):
     enable_prefix_caching: bool = option(False, "paged: reuse the KV blocks of a shared prompt prefix")
     max_model_len: int | None = option(None, "context positions served; null: the model's, at most 4096")
     tp: int = option(1, "tensor-parallel ranks, one process each")
+    cpu_bf16_matmul: str = option(
+        "auto",
+        "bf16 Linears on CPU: native (oneDNN's bf16 kernels), fp32 (bf16 weights widened to fp32"
+        " per call in steps of 3+ rows), auto (fp32 where the CPU has no bf16 arithmetic:"
+        " no AVX512_BF16 or AMX); info() reports the one used",
+    )
     compile: bool = option(
         False, "torch.compile the model's forward (attention stays eager); compile time in info() as compile_s"
     )
@@ -38,3 +46,4 @@ class ReferenceEngineConfig(EngineConfig):
         check_positive(self, "max_batch_size", "max_num_seqs", "max_num_batched_tokens", "num_kv_blocks")
         check_positive(self, "kv_block_size", "max_model_len", "tp")
         check_positive(self, "max_wait_ms", "inject_slowdown", allow_none=False, strict=False)
+        check_choice("cpu_bf16_matmul", self.cpu_bf16_matmul, CPU_BF16_MATMULS, "CPU bf16 matmul")

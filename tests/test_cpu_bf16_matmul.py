@@ -1,0 +1,89 @@
+"""bf16 Linears on CPUs without bf16 arithmetic (engines.reference.cpu_layout.WidenedLinear)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from engines.reference import ReferenceEngine
+from engines.reference import cpu_layout
+from engines.reference.cpu_layout import WIDEN_MIN_ROWS, WidenedLinear, optimize_cpu_layout
+from engines.reference.options import ReferenceEngineConfig
+from llmperf.errors import ConfigError
+
+
+def _linear(bias: bool) -> nn.Linear:
+    torch.manual_seed(0)
+    return nn.Linear(64, 48, bias=bias).to(torch.bfloat16)
+
+
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("rows", [1, 2, 3, 17])
+def test_widened_linear_is_fp32_arithmetic_on_the_bf16_weight(rows, bias):
+    linear = _linear(bias)
+    x = torch.randn(rows, 64).to(torch.bfloat16)
+    out = WidenedLinear(linear)(x)
+    assert out.dtype == torch.bfloat16 and out.shape == (rows, 48)
+    if rows >= WIDEN_MIN_ROWS:
+        b = None if linear.bias is None else linear.bias.float()
+        expected = F.linear(x.float(), linear.weight.float(), b).to(torch.bfloat16)
+    else:
+        expected = F.linear(x, linear.weight, linear.bias)
+    assert torch.equal(out, expected)
+
+
+def test_widened_linear_keeps_the_bf16_bytes():
+    linear = _linear(False)
+    widened = WidenedLinear(linear)
+    assert widened.weight.dtype == torch.bfloat16
+    assert torch.equal(widened.weight, linear.weight)
+    assert widened.weight.stride() == (1, 48)  # [48, 64] column-major, the faster layout for few rows
+
+
+def test_a_tied_table_stays_shared_with_the_widened_head():
+    model = nn.Module()
+    model.embed = nn.Embedding(48, 64).to(torch.bfloat16)
+    model.head = nn.Linear(64, 48, bias=False).to(torch.bfloat16)
+    model.head.weight = model.embed.weight
+    optimize_cpu_layout(model, "fp32")
+    assert isinstance(model.head, WidenedLinear)
+    assert model.embed.weight is model.head.weight
+
+
+@pytest.mark.parametrize("cpuinfo, native", [
+    ("processor\t: 0\nflags\t\t: fpu avx512f avx512_bf16 avx512_vnni\n", True),
+    ("processor\t: 0\nflags\t\t: fpu avx512f amx_bf16 amx_tile\n", True),
+    ("processor\t: 0\nflags\t\t: fpu avx512f avx512_vnni avx512bw\n", False),
+    ("processor\t: 0\nFeatures\t: fp asimd bf16\n", True),  # no x86 flags line: left native
+])
+def test_auto_widens_only_on_a_cpu_known_to_lack_bf16(monkeypatch, cpuinfo, native):
+    monkeypatch.setattr(cpu_layout.Path, "read_text", lambda self, *a, **k: cpuinfo)
+    cpu_layout.has_bf16_arithmetic.cache_clear()
+    try:
+        assert cpu_layout.has_bf16_arithmetic() is native
+        assert cpu_layout.resolve_bf16_matmul("auto") == ("native" if native else "fp32")
+        assert cpu_layout.resolve_bf16_matmul("native") == "native"
+        assert cpu_layout.resolve_bf16_matmul("fp32") == "fp32"
+    finally:
+        cpu_layout.has_bf16_arithmetic.cache_clear()
+
+
+def test_both_paths_pick_the_same_greedy_tokens_and_info_says_which_ran():
+    prompts = [[3, 4, 5, 6, 7, 8, 9, 10] * 4, [11, 12, 13] * 5, [20, 21] * 9]
+    tokens = {}
+    for choice in ("native", "fp32"):
+        engine = ReferenceEngine(model="tiny", precision="bf16", cpu_bf16_matmul=choice,
+                                 max_num_seqs=4, max_model_len=96)
+        assert engine.options["cpu_bf16_matmul"] == choice
+        widened = sum(isinstance(m, WidenedLinear) for m in engine.model.modules())
+        assert (widened > 0) == (choice == "fp32")
+        outs = engine.generate(prompts, max_tokens=12, ignore_eos=True)
+        tokens[choice] = [o.token_ids for o in outs]
+    assert tokens["native"] == tokens["fp32"]
+
+
+def test_an_unknown_choice_names_the_valid_ones():
+    with pytest.raises(ConfigError, match=r"^cpu_bf16_matmul='?fp64'?: unknown CPU bf16 matmul"):
+        ReferenceEngineConfig(cpu_bf16_matmul="fp64")
