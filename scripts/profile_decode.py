@@ -16,7 +16,13 @@ import sys
 import torch
 
 from engines.reference import ReferenceEngine
-from engines.reference.decode_probe import decode_batch, op_table, prefill_batch, release, step_times_s
+from engines.reference.decode_probe import (
+    decode_batch,
+    op_table,
+    prefill_batch,
+    release,
+    step_times_s,
+)
 
 
 def main(argv: list[str]) -> None:

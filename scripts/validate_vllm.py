@@ -117,7 +117,10 @@ def measure_point(args, env, base_url: str, point: str, rate_rps: float, work: P
 def render_work_dir(args, work: Path) -> int:
     """The page from what a (possibly stopped) run left in its work dir."""
     capacity_rps, capacity_tps = read_capacity(work / "throughput.json")
-    base_url = "http://127.0.0.1:PORT"
+    server_file = work / "server.json"
+    server = json.loads(server_file.read_text()) if server_file.is_file() else {}
+    port = server.get("port", "PORT")
+    base_url = f"http://127.0.0.1:{port}"
     results = []
     for point in ("poisson", "closed"):
         for pair in range(args.pairs):
@@ -130,8 +133,8 @@ def render_work_dir(args, work: Path) -> int:
             if result.is_file():
                 cmd = vllm_bench_command(args, base_url, point, work / f"{tag}-vllm.jsonl", work, f"{tag}-vllm")
                 results.append(read_vllm_result(result, point, cmd))
-    text = render(args, capacity_rps, capacity_tps, capacity_command(args, work), serve_command(args, "PORT"),
-                  None, capacity_rps / 2, results)
+    text = render(args, capacity_rps, capacity_tps, capacity_command(args, work), serve_command(args, port),
+                  server.get("startup_s"), capacity_rps / 2, results)
     Path(args.out).write_text(text, encoding="utf-8")
     print(f"wrote {args.out} from {len(results)} runs in {work}")
     return 0
@@ -234,6 +237,8 @@ def vllm_server(args, env, work: Path) -> Iterator[tuple[str, list[str], float]]
                     raise SystemExit(f"validate_vllm: vllm serve did not come up; see {work / 'vllm-serve.log'}")
                 time.sleep(1.0)
             startup_s = time.monotonic() - started
+        # What --render-only needs to give the same page: the port and the start-up time.
+        (work / "server.json").write_text(json.dumps({"port": port, "startup_s": startup_s}))
         yield f"http://127.0.0.1:{port}", cmd, startup_s
     finally:
         with contextlib.suppress(ProcessLookupError):

@@ -7,8 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from engines.reference import ReferenceEngine
-from engines.reference import cpu_layout
+from engines.reference import ReferenceEngine, cpu_layout
 from engines.reference.cpu_layout import WIDEN_MIN_ROWS, WidenedLinear, optimize_cpu_layout
 from engines.reference.options import ReferenceEngineConfig
 from llmperf.errors import ConfigError
