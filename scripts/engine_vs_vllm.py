@@ -17,7 +17,7 @@ after 2 warmup requests, so the two are each tool's own offline figure.
 Below the table, for each precision, where the reference engine's time went: its measured
 window split by step kind from its own steps.jsonl (prefill, decode, and the time between
 steps), each kind's share of llmperf's roofline bound, and torch.profiler's ops of one decode
-step at the run's median decode batch (scripts/profile_decode.py). `--render-only` rewrites
+step and one prefill step of the run's median sizes (scripts/profile_decode.py). `--render-only` rewrites
 the page from an earlier run's --work-dir without measuring again.
 """
 
@@ -80,21 +80,26 @@ def llmperf_command(args, precision: str, run_dir: Path) -> list[str]:
             "telemetry.enabled=false", "report.enabled=false", f"hydra.run.dir={run_dir}"]
 
 
-def decode_steps(run_dir: Path) -> list[dict]:
-    """The decode steps of the reference run's measured window."""
+def window_steps(run_dir: Path, kind: str) -> list[dict]:
+    """The steps of one kind in the reference run's measured window."""
     summary = json.loads((run_dir / "summary.json").read_text())
     start, end = summary["window_start_s"], summary["window_end_s"]
     steps = [json.loads(line) for line in (run_dir / "steps.jsonl").read_text().splitlines() if line]
-    return [x for x in steps if start <= x["start_s"] <= end and x["kind"] == "decode"]
+    return [x for x in steps if start <= x["start_s"] <= end and x["kind"] == kind]
 
 
-def profile_command(args, precision: str, run_dir: Path) -> list[str]:
-    """One decode step at the run's median decode batch and mean context, op by op."""
-    steps = decode_steps(run_dir)
-    batch = int(statistics.median(x["num_seqs"] for x in steps))
-    context = int(statistics.mean(x["context_tokens"] / x["num_seqs"] for x in steps))
-    return [sys.executable, str(ROOT / "scripts/profile_decode.py"), f"model={args.checkpoint}",
-            f"precision={precision}", f"batch={batch}", f"context={context}", "repeats=5", "rows=12"]
+def profile_commands(args, precision: str, run_dir: Path) -> list[list[str]]:
+    """One decode step at the run's median decode batch and mean context, and one prefill step
+    at its median prefill batch and the prompt length, op by op."""
+    decode = window_steps(run_dir, "decode")
+    batch = int(statistics.median(x["num_seqs"] for x in decode))
+    context = int(statistics.mean(x["context_tokens"] / x["num_seqs"] for x in decode))
+    prefill = window_steps(run_dir, "prefill")
+    seqs = int(statistics.median(x["num_seqs"] for x in prefill))
+    base = [sys.executable, str(ROOT / "scripts/profile_decode.py"), f"model={args.checkpoint}",
+            f"precision={precision}", "rows=12"]
+    return [[*base, f"batch={batch}", f"context={context}", "repeats=5"],
+            [*base, f"prefill={seqs}", f"context={INPUT_TOKENS}", "repeats=3"]]
 
 
 def time_split(run_dir: Path) -> list[str]:
@@ -140,7 +145,7 @@ def main() -> int:
         vcmd = vllm_command(args, precision, result)
         run_dir = work / f"reference-{precision}"
         lcmd = llmperf_command(args, precision, run_dir)
-        profile = work / f"profile-{precision}.txt"
+        profiles = [work / f"profile-{precision}.txt", work / f"profile-prefill-{precision}.txt"]
         if not args.render_only:
             # vLLM compiles its model on first use and caches it: a short run first, so the
             # measured one does not count a cold compile (it took ~20 s of a 32 s run here).
@@ -149,8 +154,8 @@ def main() -> int:
             run(warm, vllm_env, work / f"vllm-{precision}-warmup.log")
             run(vcmd, vllm_env, work / f"vllm-{precision}.log")
             run(lcmd, ours_env, work / f"reference-{precision}.log")
-            pcmd = profile_command(args, precision, run_dir)
-            run(pcmd, ours_env, profile)
+            for pcmd, profile in zip(profile_commands(args, precision, run_dir), profiles, strict=True):
+                run(pcmd, ours_env, profile)
         elif not (result.is_file() and (run_dir / "summary.json").is_file()):
             print(f"engine_vs_vllm: error: --render-only needs {result} and {run_dir}/summary.json")
             return 2
@@ -162,7 +167,7 @@ def main() -> int:
               f"reference {ours_tps:.1f} ({s['request_throughput_rps']:.2f} req/s): "
               f"ratio {ours_tps / vllm_tps:.2f}", flush=True)
         rows.append((precision, vllm_tps, v["requests_per_second"], ours_tps, s["request_throughput_rps"],
-                     vcmd, lcmd, run_dir, profile))
+                     vcmd, lcmd, run_dir, profiles))
     Path(args.out).write_text(render(args, rows), encoding="utf-8")
     print(f"wrote {args.out}")
     return 0
@@ -194,15 +199,19 @@ def render(args, rows) -> str:
     ]
     for precision, vtps, vrps, otps, orps, *_ in rows:
         lines.append(f"| {precision} | {vtps:.1f} | {vrps:.2f} | {otps:.1f} | {orps:.2f} | {otps / vtps:.2f} |")
-    for precision, *_, run_dir, profile in rows:
+    for precision, *_, run_dir, profiles in rows:
         lines += ["", f"## Where the reference engine's time went, {precision}", "",
                   "Its measured window, from its own steps.jsonl; the last column is llmperf's roofline "
                   "bound for those steps (the larger of MBU and MFU, against this machine's probed "
-                  "ceilings) ÷ their time: 1.0 would be at the limit.", "", *time_split(run_dir)]
-        if profile.is_file():
-            lines += ["", f"One decode step at the run's median batch, op by op "
-                      f"(`{cmdline(profile_command(args, precision, run_dir))}`):", "", "```",
-                      *profile.read_text().strip().splitlines(), "```"]
+                  "ceilings for the dtype the Linears multiply in) ÷ their time: 1.0 would be at the limit.",
+                  "", *time_split(run_dir)]
+        for what, pcmd, profile in zip(("decode", "prefill"), profile_commands(args, precision, run_dir),
+                                       profiles, strict=True):
+            if profile.is_file():
+                table = [line for line in profile.read_text().strip().splitlines()
+                         if not line.startswith(("USDT", "STAGE:"))]
+                lines += ["", f"One {what} step of the run's median size, op by op (`{cmdline(pcmd)}`):",
+                          "", "```", *table, "```"]
     lines += ["", "## Command lines", "", "```"]
     for _, _, _, _, _, vcmd, lcmd, *_ in rows:
         lines += [cmdline(vcmd), cmdline(lcmd)]

@@ -76,6 +76,9 @@ def test_both_paths_pick_the_same_greedy_tokens_and_info_says_which_ran():
         engine = ReferenceEngine(model="tiny", precision="bf16", cpu_bf16_matmul=choice,
                                  max_num_seqs=4, max_model_len=96)
         assert engine.options["cpu_bf16_matmul"] == choice
+        info = engine.info()
+        assert info["compute_dtype"] == "bfloat16"  # activations and KV cache stay bf16
+        assert info["matmul_dtype"] == ("float32" if choice == "fp32" else "bfloat16")
         widened = sum(isinstance(m, WidenedLinear) for m in engine.model.modules())
         assert (widened > 0) == (choice == "fp32")
         outs = engine.generate(prompts, max_tokens=12, ignore_eos=True)

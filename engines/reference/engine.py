@@ -152,8 +152,12 @@ class ReferenceEngine(ThreadedEngine, OfflineAPI):
 
     def info(self) -> dict[str, Any]:
         compute_dtype = str(self.precision.compute_dtype(self.device))
+        # The Linears' arithmetic, for FLOP ceilings: bf16 weights widened to fp32 multiply in fp32.
+        widened = (self.device.type == "cpu" and compute_dtype == "torch.bfloat16"
+                   and self.options["cpu_bf16_matmul"] == "fp32" and not self.precision.is_quantized)
         return {
             **local_model_info(self, compute_dtype, self.kv.storage.element_size()),
+            "matmul_dtype": "float32" if widened else compute_dtype.removeprefix("torch."),
             "rank_weight_bytes": self.rank_weight_bytes,
             "compile_s": self.compile_s,
             **self.options,

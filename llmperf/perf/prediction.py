@@ -41,7 +41,7 @@ def prediction_summary(
     engine = dict(
         tp=tp,
         weight_bytes=info["weight_bytes"],
-        compute_dtype=info["compute_dtype"],
+        compute_dtype=info.get("matmul_dtype", info["compute_dtype"]),
         kv_bytes_per_element=kv_bytes_per_element,
         peak="sustained",
     )

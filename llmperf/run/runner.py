@@ -474,7 +474,9 @@ def _roofline(
     kv_bytes_per_element: float,
     profile: HardwareProfile,
 ) -> dict[str, Any]:
-    common = (model, info["weight_bytes"], kv_bytes_per_element, profile, info["compute_dtype"])
+    # The FLOP ceiling is the Linears' arithmetic's (an engine may widen bf16 weights to fp32).
+    common = (model, info["weight_bytes"], kv_bytes_per_element, profile,
+              info.get("matmul_dtype", info["compute_dtype"]))
     if steps:
         return roofline_summary(
             steps, *common, output_tokens=s["output_tokens_total"], duration_s=s["duration_s"]
