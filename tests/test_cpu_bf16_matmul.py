@@ -18,19 +18,25 @@ def _linear(bias: bool) -> nn.Linear:
     return nn.Linear(64, 48, bias=bias).to(torch.bfloat16)
 
 
+@pytest.mark.parametrize("chunk", [1 << 22, 64 * 7])  # one chunk; 7 output features a chunk
 @pytest.mark.parametrize("bias", [False, True])
-@pytest.mark.parametrize("rows", [1, 2, 3, 17])
-def test_widened_linear_is_fp32_arithmetic_on_the_bf16_weight(rows, bias):
+@pytest.mark.parametrize("rows", [1, WIDEN_MIN_ROWS - 1, WIDEN_MIN_ROWS, 17])
+def test_widened_linear_is_fp32_arithmetic_on_the_bf16_weight(monkeypatch, rows, bias, chunk):
+    monkeypatch.setattr(cpu_layout, "WIDEN_CHUNK_ELEMENTS", chunk)
     linear = _linear(bias)
-    x = torch.randn(rows, 64).to(torch.bfloat16)
-    out = WidenedLinear(linear)(x)
-    assert out.dtype == torch.bfloat16 and out.shape == (rows, 48)
-    if rows >= WIDEN_MIN_ROWS:
-        b = None if linear.bias is None else linear.bias.float()
-        expected = F.linear(x.float(), linear.weight.float(), b).to(torch.bfloat16)
-    else:
-        expected = F.linear(x, linear.weight, linear.bias)
-    assert torch.equal(out, expected)
+    x = torch.randn(2, rows, 64).to(torch.bfloat16)  # leading dims are rows too
+    with torch.no_grad():
+        out = WidenedLinear(linear)(x)
+        assert out.dtype == torch.bfloat16 and out.shape == (2, rows, 48)
+        if 2 * rows >= WIDEN_MIN_ROWS:
+            b = None if linear.bias is None else linear.bias.float()
+            exact = F.linear(x.float(), linear.weight.float(), b)
+            # fp32 sums in another order may round to the neighbouring bf16: one ulp at most
+            torch.testing.assert_close(out.float(), exact, rtol=2**-7, atol=1e-3)
+            assert (out.float() - exact).abs().max() < (F.linear(x, linear.weight, linear.bias).float()
+                                                        - exact).abs().max() + 1e-6
+        else:
+            assert torch.equal(out, F.linear(x, linear.weight, linear.bias))
 
 
 def test_widened_linear_keeps_the_bf16_bytes():

@@ -10,18 +10,21 @@ torch has oneDNN, and falls back to storing weights column-major (same shape,
 transposed strides), the faster layout for MKL's GEMV.
 
 bf16 is the exception on CPUs without bf16 arithmetic (no AVX512_BF16, no AMX):
-there oneDNN's bf16 kernels convert as they go and multiply 4-5x slower than fp32
-once a step has a few rows. Streaming a 212 MB stack of llama-107m-shaped bf16
-weights on a 2-core AVX-512 Xeon (ms, packed bf16 / widened to fp32 per call):
-1 row 15.2 / 24.2, 2 rows 25.2 / 26.2, 4 rows 37.9 / 27.7, 16 rows 78.0 / 46.2,
-and one 1536x576 weight at 2048 rows 61.1 / 13.0. `WidenedLinear` keeps the bf16
-weight (column-major: 15.8 ms at 1 row, within 4% of packed) and widens it to
-fp32 for steps of WIDEN_MIN_ROWS rows or more: bf16's bytes, fp32's arithmetic.
+there oneDNN's bf16 kernels convert as they go and multiply several times slower than
+fp32 once a step has a few rows. `WidenedLinear` keeps the bf16 weight (column-major:
+within 4% of packed at 1 row) and, for steps of WIDEN_MIN_ROWS rows or more, widens it
+to fp32 a chunk at a time into a reused scratch buffer, then multiplies in fp32: bf16's
+bytes, fp32's arithmetic. Streaming a 212 MB stack of llama-107m-shaped bf16 weights
+on a 2-core AVX-512 Xeon (ms, packed bf16 / widened): 3 rows 31.1 / 40.6, 8 rows
+65.6 / 52.9, 16 rows 94.9 / 62.1, 64 rows 334.6 / 118.6. Widening into a fresh buffer
+each call instead cost qwen2.5-0.5b's decode step at batch 8 501 ms against 288 native
+(buffers past glibc's mmap threshold page-fault on every call); chunked, 307 ms.
 """
 
 from __future__ import annotations
 
 import functools
+import threading
 from pathlib import Path
 
 import torch
@@ -29,7 +32,8 @@ import torch.nn.functional as F
 from torch import nn
 
 PACK_BATCH_HINT = 8  # oneDNN picks its blocking for this many rows; 1..64 measured alike at batch 1
-WIDEN_MIN_ROWS = 3  # bf16 without bf16 arithmetic: fp32 from 3 rows on (even at 2, faster from 4)
+WIDEN_MIN_ROWS = 8  # bf16 without bf16 arithmetic: fp32 from 8 rows on (at 3-4 rows a wash)
+WIDEN_CHUNK_ELEMENTS = 1 << 22  # weight elements widened at a time: a 16 MB fp32 scratch buffer
 BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
 
 
@@ -49,7 +53,8 @@ class PackedLinear(nn.Module):
 
 class WidenedLinear(nn.Module):
     """A bf16 linear layer that multiplies in fp32 once a step has WIDEN_MIN_ROWS rows: the
-    weight stays bf16 (column-major) and is widened per call; fewer rows multiply in bf16."""
+    weight stays bf16 (column-major) and is widened per call, WIDEN_CHUNK_ELEMENTS at a time
+    into a scratch buffer that is reused; fewer rows multiply in bf16."""
 
     def __init__(self, linear: nn.Linear):
         super().__init__()
@@ -60,8 +65,32 @@ class WidenedLinear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.numel() < WIDEN_MIN_ROWS * self.in_features:
             return F.linear(x, self.weight, self.bias)
-        bias = None if self.bias is None else self.bias.float()
-        return F.linear(x.float(), self.weight.float(), bias).to(x.dtype)
+        x32 = x.reshape(-1, self.in_features).float()
+        step = max(1, WIDEN_CHUNK_ELEMENTS // self.in_features)  # output features a chunk
+        scratch = _scratch(min(step, self.out_features) * self.in_features)
+        parts = []
+        for start in range(0, self.out_features, step):
+            n = min(step, self.out_features - start)
+            w32 = scratch[: n * self.in_features].view(self.in_features, n)
+            w32.copy_(self.weight[start : start + n].t())  # rows of n contiguous bf16 -> fp32
+            parts.append(torch.mm(x32, w32))
+        out = parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)
+        if self.bias is not None:
+            out += self.bias.float()
+        return out.to(x.dtype).view(*x.shape[:-1], self.out_features)
+
+
+_SCRATCH = threading.local()  # one buffer a thread: engines in two threads never share one
+
+
+def _scratch(numel: int) -> torch.Tensor:
+    """The calling thread's fp32 scratch buffer, at least `numel` long. Reused, so widening
+    never allocates (a fresh buffer past glibc's mmap threshold page-faults on every call)."""
+    buf = getattr(_SCRATCH, "buf", None)
+    if buf is None or buf.numel() < numel:
+        buf = torch.empty(numel, dtype=torch.float32)
+        _SCRATCH.buf = buf
+    return buf
 
 
 @functools.cache

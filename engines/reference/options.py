@@ -32,7 +32,7 @@ class ReferenceEngineConfig(EngineConfig):
     cpu_bf16_matmul: str = option(
         "auto",
         "bf16 Linears on CPU: native (oneDNN's bf16 kernels), fp32 (bf16 weights widened to fp32"
-        " per call in steps of 3+ rows), auto (fp32 where the CPU has no bf16 arithmetic:"
+        " per call in steps of 8+ rows), auto (fp32 where the CPU has no bf16 arithmetic:"
         " no AVX512_BF16 or AMX); info() reports the one used",
     )
     compile: bool = option(
