@@ -18,20 +18,26 @@ from engines.reference.scheduler import ScheduledSeq
 from engines.reference.sequence import Sequence
 
 
+def _admitted(engine, name: str, i: int, batch: int, prompt: int, positions: int) -> Sequence:
+    """Sequence `i` of a probe batch: `prompt` tokens, `positions` KV slots reserved."""
+    seq = Sequence(
+        request_id=f"{name}-{i}",
+        prompt_token_ids=[3 + (i + j) % 64 for j in range(prompt)],
+        max_tokens=1 << 20,
+        sampling=SamplingParams(ignore_eos=True),
+    )
+    engine.kv.admit(seq, reuse_prefix=False)
+    if not engine.kv.grow(seq, positions):
+        raise ValueError(f"the KV cache has no room for {batch} x {positions} positions")
+    return seq
+
+
 def decode_batch(engine, batch: int, context: int) -> list[ScheduledSeq]:
     """`batch` sequences of `context` computed tokens, each due one decode token."""
     steps = []
     for i in range(batch):
-        seq = Sequence(
-            request_id=f"probe-{i}",
-            prompt_token_ids=[3 + (i + j) % 64 for j in range(context)],
-            max_tokens=1 << 20,
-            sampling=SamplingParams(ignore_eos=True),
-        )
+        seq = _admitted(engine, "probe", i, batch, context, context + 1)
         seq.output_token_ids.append(5)
-        engine.kv.admit(seq, reuse_prefix=False)
-        if not engine.kv.grow(seq, context + 1):
-            raise ValueError(f"the KV cache has no room for {batch} x {context + 1} positions")
         seq.num_computed_tokens = context
         steps.append(ScheduledSeq(seq, 1, is_prefill=False))
     return steps
@@ -40,19 +46,8 @@ def decode_batch(engine, batch: int, context: int) -> list[ScheduledSeq]:
 def prefill_batch(engine, batch: int, prompt: int) -> list[ScheduledSeq]:
     """`batch` fresh sequences of `prompt` tokens each, all due their whole prompt in one step
     (a prefill step of batch x prompt tokens, as the offline workload's first steps are)."""
-    steps = []
-    for i in range(batch):
-        seq = Sequence(
-            request_id=f"probe-prefill-{i}",
-            prompt_token_ids=[3 + (i + j) % 64 for j in range(prompt)],
-            max_tokens=1 << 20,
-            sampling=SamplingParams(ignore_eos=True),
-        )
-        engine.kv.admit(seq, reuse_prefix=False)
-        if not engine.kv.grow(seq, prompt):
-            raise ValueError(f"the KV cache has no room for {batch} x {prompt} positions")
-        steps.append(ScheduledSeq(seq, prompt, is_prefill=True))
-    return steps
+    return [ScheduledSeq(_admitted(engine, "probe-prefill", i, batch, prompt, prompt), prompt, is_prefill=True)
+            for i in range(batch)]
 
 
 def release(engine, steps: list[ScheduledSeq]) -> None:
