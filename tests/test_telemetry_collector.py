@@ -247,7 +247,9 @@ def test_the_collector_reports_its_own_cpu_time() -> None:
     assert len(samples) >= 20
     assert 0 < collector.cpu_s <= process_cpu_s
     assert collector.cpu_s >= 0.5 * process_cpu_s
-    assert collector.summarize()["telemetry_collector_cpu_s"] == collector.cpu_s
+    summary = collector.summarize()
+    assert summary["telemetry_collector_cpu_s"] == collector.cpu_s
+    assert summary["telemetry_collector_cpu_per_sample_s"] == collector.cpu_s / len(samples)
 
 
 def test_a_collector_restarts_with_fresh_samples() -> None:

@@ -339,6 +339,9 @@ def _declare() -> list[Metric]:
         _m("telemetry_collector_cpu_s", "collector's own CPU time", "s", LOWER,
            "CPU seconds the sampling thread used over the whole run (its reads included): the"
            " collector's own cost, whatever the machine's noise", COLLECTOR, "telemetry"),
+        _m("telemetry_collector_cpu_per_sample_s", "collector's CPU time a sample", "s", LOWER,
+           "`telemetry_collector_cpu_s` ÷ every sample the run took: the cost of one sample,"
+           " whatever the run's length", COLLECTOR, "telemetry"),
         _m("telemetry_throttled_fraction", "share of samples throttled", "fraction", LOWER,
            "telemetry samples with an NVML power, thermal or board clock limit ÷ samples",
            TELEMETRY, "telemetry"),

@@ -149,6 +149,8 @@ class Collector:
             "telemetry_source": "+".join(self.sources_used),
             "telemetry_interval_s": self.interval_s,
             "telemetry_collector_cpu_s": self._cpu_s,
+            # Per sample taken (the window's and the rest of the run's): a run's length drops out.
+            "telemetry_collector_cpu_per_sample_s": self._cpu_s / len(self._samples) if self._samples else None,
             **summarize(self.samples, start_s, end_s),
             "telemetry_unavailable": self.unavailable(),
         }
