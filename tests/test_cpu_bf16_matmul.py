@@ -92,6 +92,14 @@ def test_both_paths_pick_the_same_greedy_tokens_and_info_says_which_ran():
     assert tokens["native"] == tokens["fp32"]
 
 
+def test_a_compiled_model_is_not_widened_and_says_so():
+    # torch.compile skips the CPU layouts (inductor cannot trace them): bf16 arithmetic stays.
+    engine = ReferenceEngine(model="tiny", precision="bf16", cpu_bf16_matmul="fp32", compile=True,
+                             max_num_seqs=2, max_model_len=64)
+    assert not any(isinstance(m, WidenedLinear) for m in engine.model.modules())
+    assert engine.info()["matmul_dtype"] == "bfloat16"
+
+
 def test_an_unknown_choice_names_the_valid_ones():
     with pytest.raises(ConfigError, match=r"^cpu_bf16_matmul='?fp64'?: unknown CPU bf16 matmul"):
         ReferenceEngineConfig(cpu_bf16_matmul="fp64")

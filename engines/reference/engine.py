@@ -26,7 +26,7 @@ from engines.base import (
     resolve_max_model_len,
 )
 from engines.reference.build import build_rank_model, default_num_kv_blocks
-from engines.reference.cpu_layout import resolve_bf16_matmul
+from engines.reference.cpu_layout import WidenedLinear, resolve_bf16_matmul
 from engines.reference.kv_cache import KV_CACHES, blocks_for
 from engines.reference.model_runner import ModelRunner
 from engines.reference.offline import OfflineAPI
@@ -153,8 +153,7 @@ class ReferenceEngine(ThreadedEngine, OfflineAPI):
     def info(self) -> dict[str, Any]:
         compute_dtype = str(self.precision.compute_dtype(self.device))
         # The Linears' arithmetic, for FLOP ceilings: bf16 weights widened to fp32 multiply in fp32.
-        widened = (self.device.type == "cpu" and compute_dtype == "torch.bfloat16"
-                   and self.options["cpu_bf16_matmul"] == "fp32" and not self.precision.is_quantized)
+        widened = any(isinstance(m, WidenedLinear) for m in self.model.modules())
         return {
             **local_model_info(self, compute_dtype, self.kv.storage.element_size()),
             "matmul_dtype": "float32" if widened else compute_dtype.removeprefix("torch."),
