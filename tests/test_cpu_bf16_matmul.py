@@ -39,6 +39,17 @@ def test_widened_linear_is_fp32_arithmetic_on_the_bf16_weight(monkeypatch, rows,
             assert torch.equal(out, F.linear(x, linear.weight, linear.bias))
 
 
+def test_the_scratch_buffer_serves_inside_and_outside_inference_mode():
+    widened = WidenedLinear(_linear(False))
+    x = torch.randn(WIDEN_MIN_ROWS, 64).to(torch.bfloat16)
+    cpu_layout._SCRATCH.buf = None  # made afresh inside inference mode, then used outside it
+    with torch.inference_mode():
+        inside = widened(x)
+    with torch.no_grad():
+        outside = widened(x)
+    assert torch.equal(inside, outside)
+
+
 def test_widened_linear_keeps_the_bf16_bytes():
     linear = _linear(False)
     widened = WidenedLinear(linear)

@@ -88,7 +88,10 @@ def _scratch(numel: int) -> torch.Tensor:
     never allocates (a fresh buffer past glibc's mmap threshold page-faults on every call)."""
     buf = getattr(_SCRATCH, "buf", None)
     if buf is None or buf.numel() < numel:
-        buf = torch.empty(numel, dtype=torch.float32)
+        # A normal tensor even when made under inference_mode: an inference tensor could not be
+        # written outside it, and the same thread may run the model both ways.
+        with torch.inference_mode(False):
+            buf = torch.empty(numel, dtype=torch.float32)
         _SCRATCH.buf = buf
     return buf
 
