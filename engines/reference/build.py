@@ -15,6 +15,7 @@ import torch
 from engines.reference.attention import AttentionBackend, get_backend
 from engines.reference.config import ModelConfig
 from engines.reference.cpu_layout import optimize_cpu_layout
+from engines.reference.cpu_malloc import apply_cpu_malloc
 from engines.reference.kv_cache import blocks_for
 from engines.reference.model import LlamaForCausalLM
 from engines.reference.precision import Precision, get_precision, quantize_model, weight_bytes
@@ -44,6 +45,8 @@ def build_rank_model(options: dict[str, Any], rank: int, world: int, device: tor
     precision = get_precision(options["precision"])
     config, checkpoint = resolve_model(options["model"])
     dtype = precision.compute_dtype(device)
+    if device.type == "cpu":
+        apply_cpu_malloc(options.get("cpu_malloc", "default"))  # before the weights: every rank's process
     model = materialize(build_meta_model(config, options["max_model_len"]), checkpoint, dtype, device, options["seed"])
     if world > 1:
         shard_model(model, rank, world)

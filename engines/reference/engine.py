@@ -27,6 +27,7 @@ from engines.base import (
 )
 from engines.reference.build import build_rank_model, default_num_kv_blocks
 from engines.reference.cpu_layout import WidenedLinear, resolve_bf16_matmul
+from engines.reference.cpu_malloc import apply_cpu_malloc
 from engines.reference.kv_cache import KV_CACHES, blocks_for
 from engines.reference.model_runner import ModelRunner
 from engines.reference.offline import OfflineAPI
@@ -67,7 +68,8 @@ class ReferenceEngine(ThreadedEngine, OfflineAPI):
         self.max_model_len = resolve_max_model_len(self.config.max_position_embeddings, opts.max_model_len)
         # What the other ranks build from, and what info() reports: the options as resolved.
         self.options = {**asdict(opts), "model": model, "max_model_len": self.max_model_len,
-                        "cpu_bf16_matmul": resolve_bf16_matmul(opts.cpu_bf16_matmul)}
+                        "cpu_bf16_matmul": resolve_bf16_matmul(opts.cpu_bf16_matmul),
+                        "cpu_malloc": apply_cpu_malloc(opts.cpu_malloc) if self.device.type == "cpu" else "default"}
         del self.options["name"]
         if opts.tp > 1 and self.device.type == "cpu":
             torch.set_num_threads(threads_per_rank(opts.tp))

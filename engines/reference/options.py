@@ -9,6 +9,7 @@ from engines.options import EngineConfig
 from llmperf.options import check_choice, check_positive, option
 
 CPU_BF16_MATMULS = ("auto", "native", "fp32")
+CPU_MALLOCS = ("tuned", "default")
 
 
 @dataclass
@@ -35,6 +36,12 @@ class ReferenceEngineConfig(EngineConfig):
         " per call in steps of 8+ rows), auto (fp32 where the CPU has no bf16 arithmetic:"
         " no AVX512_BF16 or AMX); info() reports the one used",
     )
+    cpu_malloc: str = option(
+        "tuned",
+        "CPU: tuned (glibc's mmap and trim thresholds raised, process-wide, so a step's large"
+        " temporaries reuse freed memory instead of page-faulting in fresh pages) or default;"
+        " info() reports the one in effect",
+    )
     compile: bool = option(
         False, "torch.compile the model's forward (attention stays eager); compile time in info() as compile_s"
     )
@@ -47,3 +54,4 @@ class ReferenceEngineConfig(EngineConfig):
         check_positive(self, "kv_block_size", "max_model_len", "tp")
         check_positive(self, "max_wait_ms", "inject_slowdown", allow_none=False, strict=False)
         check_choice("cpu_bf16_matmul", self.cpu_bf16_matmul, CPU_BF16_MATMULS, "CPU bf16 matmul")
+        check_choice("cpu_malloc", self.cpu_malloc, CPU_MALLOCS, "CPU allocator setting")
