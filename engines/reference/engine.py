@@ -110,7 +110,8 @@ class ReferenceEngine(ThreadedEngine, OfflineAPI):
             self.weight_bytes = sum(self.rank_weight_bytes)  # a step reads every rank's slice
             broadcast = broadcast_step
         kv_layers = [self.kv.layer(i) for i in range(self.config.num_hidden_layers)]
-        self.runner = ModelRunner(self.model, kv_layers, opts.kv_block_size, self.backend, self.device, broadcast)
+        self.runner = ModelRunner(self.model, kv_layers, opts.kv_block_size, self.backend, self.device, broadcast,
+                                  slot_blocks=getattr(self.kv, "blocks_per_slot", 0))
 
         super().__init__()
         self._aborts: set[str] = set()

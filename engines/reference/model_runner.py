@@ -25,6 +25,7 @@ class StepInputs:
     seq_lens: list[int] = field(default_factory=list)
     block_tables: list[list[int]] = field(default_factory=list)
     logits_rows: list[int] = field(default_factory=list)
+    slot_blocks: int = 0  # a contiguous cache's blocks per slot; 0: paged
 
 
 class ModelRunner:
@@ -36,6 +37,7 @@ class ModelRunner:
         backend: AttentionBackend,
         device: torch.device,
         broadcast=None,  # callable(StepInputs) sending the step to the other ranks
+        slot_blocks: int = 0,  # a contiguous cache's blocks per slot (attention reads slots in place)
     ):
         self.model = model
         self.kv_layers = kv_layers
@@ -43,6 +45,7 @@ class ModelRunner:
         self.backend = backend
         self.device = device
         self.broadcast = broadcast
+        self.slot_blocks = slot_blocks
 
     def run(self, scheduled: list[ScheduledSeq], all_logits: bool = False) -> tuple[torch.Tensor, list[int]]:
         """Forward one step. Returns logits for the sequences to sample and their indices in `scheduled`."""
@@ -54,7 +57,7 @@ class ModelRunner:
     def prepare(self, scheduled: list[ScheduledSeq], all_logits: bool = False) -> tuple[StepInputs, list[int]]:
         """A sequence is sampled when the step computes its last known token; a
         prefill chunk that stops short of that, and padding, are not."""
-        x = StepInputs()
+        x = StepInputs(slot_blocks=self.slot_blocks)
         sampled: list[int] = []
         bs = self.block_size
         for i, s in enumerate(scheduled):
@@ -118,4 +121,14 @@ class ModelRunner:
             block_tables=torch.tensor(padded, dtype=torch.int32, device=dev),
             slot_mapping=torch.tensor(x.slots, dtype=torch.long, device=dev),
             block_size=self.block_size,
+            slot_blocks=x.slot_blocks,
+            slots=_slots(x),
         )
+
+
+def _slots(x: StepInputs) -> list[int] | None:
+    """Each sequence's slot in a contiguous cache; None for a paged one, or when a padding row
+    (on the null block) has no slot."""
+    if not x.slot_blocks or any(t[0] == NULL_BLOCK for t in x.block_tables):
+        return None
+    return [(t[0] - 1) // x.slot_blocks for t in x.block_tables]

@@ -28,6 +28,10 @@ class AttentionMetadata:
     block_tables: torch.Tensor  # int32 [num_seqs, max_blocks_per_seq], padded with 0
     slot_mapping: torch.Tensor  # int64 [num_tokens], flat cache slot of each new token
     block_size: int
+    # A contiguous cache: blocks a sequence's slot spans, and each sequence's slot (its
+    # blocks are 1 + slot * slot_blocks onwards); None for a paged cache.
+    slot_blocks: int = 0
+    slots: list[int] | None = None
 
     # Derived once per step from the lists above, then shared by every layer:
     # no layer reads a device tensor back to the host.
@@ -60,7 +64,25 @@ class AttentionMetadata:
             tables, lens = self.block_tables[index], self.seq_lens_t[index]
             token_index = self.cu_query_lens[index].long()
         mask = torch.arange(max_len, device=device)[None, :] < lens[:, None]
-        return DecodeBatch(tables[:, :num_blocks], max_len, mask, token_index)
+        return DecodeBatch(tables[:, :num_blocks], max_len, mask, token_index, self._slot_rows(rows, max_len))
+
+    def _slot_rows(self, rows: list[int], max_len: int) -> SlotRows | None:
+        """The decode rows as a run of contiguous-cache slots, when they fill at least half of it."""
+        if self.slots is None:
+            return None
+        row_slots = [self.slots[i] for i in rows]
+        first = min(row_slots)
+        count = max(row_slots) - first + 1
+        if count > 2 * len(rows):
+            return None  # mostly idle slots: attending over them would cost more than a gather
+        lens = [1] * count  # an idle slot's row attends to one key, so it stays finite (and unused)
+        for slot, i in zip(row_slots, rows, strict=True):
+            lens[slot - first] = self.seq_lens[i]
+        device = self.block_tables.device
+        places = [slot - first for slot in row_slots]
+        index = None if places == list(range(count)) else torch.tensor(places, device=device)
+        mask = torch.arange(max_len, device=device)[None, :] < torch.tensor(lens, device=device)[:, None]
+        return SlotRows(first, count, index, mask)
 
     @property
     def max_query_len(self) -> int:
@@ -71,11 +93,22 @@ class AttentionMetadata:
         return max(self.seq_lens)
 
 
+class SlotRows(NamedTuple):
+    """Decode rows whose contexts sit in slots first .. first + count - 1 of a contiguous
+    cache, read in place as one strided view (no copy); slots between them idle."""
+
+    first: int
+    count: int
+    index: torch.Tensor | None  # each decode row's place in the run; None: row i is place i
+    key_mask: torch.Tensor  # bool [count, max_len]
+
+
 class DecodeBatch(NamedTuple):
     block_tables: torch.Tensor  # [B, blocks of the longest context]
     max_len: int
     key_mask: torch.Tensor  # bool [B, max_len]
     token_index: torch.Tensor | None  # the rows' queries in the packed queries; None: all of them
+    slot_rows: SlotRows | None = None  # contiguous cache: the rows as slots read in place
 
 
 class AttentionBackend(Protocol):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from engines.reference.attention.base import DecodeBatch
+from engines.reference.attention.base import DecodeBatch, SlotRows
 
 
 def gather_context(cache: torch.Tensor, block_table: torch.Tensor, seq_len: int) -> torch.Tensor:
@@ -23,6 +23,14 @@ def gather_padded(cache: torch.Tensor, batch: DecodeBatch) -> torch.Tensor:
     tables = batch.block_tables
     blocks = cache.index_select(0, tables.reshape(-1))
     return blocks.view(tables.shape[0], -1, *cache.shape[2:])[:, : batch.max_len]
+
+
+def slot_view(cache: torch.Tensor, slot_blocks: int, rows: SlotRows, max_len: int) -> torch.Tensor:
+    """A contiguous cache's slots rows.first .. + rows.count, first max_len positions each:
+    [count, max_len, H, D], a view of the cache (block 0, the null block, precedes slot 0)."""
+    num_slots = (cache.shape[0] - 1) // slot_blocks
+    slots = cache[1 : 1 + num_slots * slot_blocks].view(num_slots, slot_blocks * cache.shape[1], *cache.shape[2:])
+    return slots[rows.first : rows.first + rows.count, :max_len]
 
 
 def causal_mask(query_len: int, seq_len: int, device) -> torch.Tensor:

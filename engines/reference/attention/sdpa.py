@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 
 from engines.reference.attention.base import AttentionMetadata
-from engines.reference.attention.gather import causal_mask, gather_context, gather_padded
+from engines.reference.attention.gather import causal_mask, gather_context, gather_padded, slot_view
 
 
 class SdpaAttention:
@@ -49,17 +49,31 @@ class SdpaAttention:
         group, D]), so SDPA never expands K and V to every query head: on CPU this is
         7x faster than `enable_gqa` at batch 32 (bf16), and every query of a row shares
         the row's key mask.
+
+        A paged cache's contexts are gathered into a padded batch (a copy of every cached
+        position, every layer, every step). A contiguous cache's are read in place: the
+        rows' slots are one strided view, each row's query at its slot's place.
         """
         batch = meta.decode_batch
         num_rows, num_heads, head_dim = q.shape
         num_kv_heads = k_cache.shape[2]
-        k = gather_padded(k_cache, batch)
-        v = gather_padded(v_cache, batch)
+        q = q.reshape(num_rows, num_kv_heads, num_heads // num_kv_heads, head_dim)
+        rows = batch.slot_rows
+        if rows is None:
+            k, v, mask = gather_padded(k_cache, batch), gather_padded(v_cache, batch), batch.key_mask
+        else:
+            k = slot_view(k_cache, meta.slot_blocks, rows, batch.max_len)
+            v = slot_view(v_cache, meta.slot_blocks, rows, batch.max_len)
+            mask = rows.key_mask
+            if rows.index is not None:
+                q = q.new_zeros(rows.count, *q.shape[1:]).index_copy_(0, rows.index, q)
         o = F.scaled_dot_product_attention(
-            q.reshape(num_rows, num_kv_heads, num_heads // num_kv_heads, head_dim),
+            q,
             k.to(q.dtype).transpose(1, 2),  # [B, Hkv, S, D]
             v.to(q.dtype).transpose(1, 2),
-            attn_mask=batch.key_mask[:, None, None, :],
+            attn_mask=mask[:, None, None, :],
             scale=scale,
         )
+        if rows is not None and rows.index is not None:
+            o = o.index_select(0, rows.index)
         return o.reshape(num_rows, num_heads, head_dim)
