@@ -18,6 +18,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from engines.base import EventChannel, Request, StepStat, TokenEvent
+from engines.openmp import release_openmp_pool
 
 
 class ThreadedEngine(ABC):
@@ -83,6 +84,9 @@ class ThreadedEngine(ABC):
             if self._running:
                 return
             self._running = True
+        # The loop thread opens torch's parallel regions from now on: a second OpenMP pool
+        # beside the caller's would make every parallel op sleep and wake (engines/openmp.py).
+        release_openmp_pool()
         self._thread = threading.Thread(target=self._loop, name=f"{self.name}-engine", daemon=True)
         self._thread.start()
 
