@@ -23,10 +23,16 @@ def paged_step(query_lens, seq_lens, num_heads, num_kv_heads, dtype, head_dim=64
     for n in blocks:
         tables.append(order[start : start + n] + [0] * (max(blocks) - n))
         start += n
+    meta = metadata(query_lens, seq_lens, tables)
+    q = torch.randn(sum(query_lens), num_heads, head_dim, generator=gen).to(dtype)
+    return q, k_cache, v_cache, meta
+
+
+def metadata(query_lens, seq_lens, tables, **contiguous) -> AttentionMetadata:
     cu = [0]
     for n in query_lens:
         cu.append(cu[-1] + n)
-    meta = AttentionMetadata(
+    return AttentionMetadata(
         query_lens=list(query_lens),
         seq_lens=list(seq_lens),
         cu_query_lens=torch.tensor(cu, dtype=torch.int32),
@@ -34,9 +40,8 @@ def paged_step(query_lens, seq_lens, num_heads, num_kv_heads, dtype, head_dim=64
         block_tables=torch.tensor(tables, dtype=torch.int32),
         slot_mapping=torch.zeros(cu[-1], dtype=torch.long),
         block_size=BLOCK,
+        **contiguous,
     )
-    q = torch.randn(cu[-1], num_heads, head_dim, generator=gen).to(dtype)
-    return q, k_cache, v_cache, meta
 
 
 @pytest.mark.parametrize("heads", [(14, 2), (9, 3), (4, 4)], ids=["gqa7", "gqa3", "mha"])
@@ -62,21 +67,8 @@ def slot_step(slots, query_lens, seq_lens, num_heads, num_kv_heads, dtype, slot_
     k_cache = torch.randn(shape, generator=gen).to(dtype)
     v_cache = torch.randn(shape, generator=gen).to(dtype)
     tables = [list(range(1 + s * slot_blocks, 1 + (s + 1) * slot_blocks)) for s in slots]
-    cu = [0]
-    for n in query_lens:
-        cu.append(cu[-1] + n)
-    meta = AttentionMetadata(
-        query_lens=list(query_lens),
-        seq_lens=list(seq_lens),
-        cu_query_lens=torch.tensor(cu, dtype=torch.int32),
-        seq_lens_t=torch.tensor(seq_lens, dtype=torch.int32),
-        block_tables=torch.tensor(tables, dtype=torch.int32),
-        slot_mapping=torch.zeros(cu[-1], dtype=torch.long),
-        block_size=BLOCK,
-        slot_blocks=slot_blocks,
-        slots=list(slots),
-    )
-    q = torch.randn(cu[-1], num_heads, head_dim, generator=gen).to(dtype)
+    meta = metadata(query_lens, seq_lens, tables, slot_blocks=slot_blocks, slots=list(slots))
+    q = torch.randn(sum(query_lens), num_heads, head_dim, generator=gen).to(dtype)
     return q, k_cache, v_cache, meta
 
 
