@@ -5,12 +5,13 @@ docs/engine-vs-vllm.md.
     python scripts/engine_vs_vllm.py --checkpoint DIR          # about 6 minutes on 2 cores
     llmperf-export model=llama-107m out=DIR                    # a checkpoint to use
 
-For each precision (bf16, fp32), in one job, side by side: `vllm bench throughput` (random
-prompts, --requests of 128 tokens in and 64 out, every request queued at once, vLLM at its
-best thread binding on this machine) and llmperf's reference engine on the same checkpoint
-and workload (`scenario=offline`, ignore_eos). Output tokens/s of each and their ratio go
-into a markdown table with the command lines. Each vLLM measurement follows a 4-request run
-of the same command, so that vLLM's compile cache is warm. vLLM's figure includes no warmup exclusion
+For each precision (bf16, fp32), in one job, side by side, in --repeats rounds: `vllm bench
+throughput` (random prompts, --requests of 128 tokens in and 64 out, every request queued at
+once, vLLM at its best thread binding on this machine), then llmperf's reference engine on
+the same checkpoint and workload (`scenario=offline`, ignore_eos). Single runs here move by a
+fifth or more, so the table gives each engine's median output tokens/s with every round's
+figure, the ratio of medians, and the command lines. vLLM's rounds follow a 4-request run of
+the same command, so that vLLM's compile cache is warm. vLLM's figure includes no warmup exclusion
 (its own definition: all requests over the elapsed time); llmperf's is the measured window
 after 2 warmup requests, so the two are each tool's own offline figure.
 
@@ -22,7 +23,8 @@ enough for 128 + 64, so that 64 slots fit in the same KV memory).
 Below the table, for each precision and cache, where the reference engine's time went: its measured
 window split by step kind from its own steps.jsonl (prefill, decode, and the time between
 steps), each kind's share of llmperf's roofline bound, and torch.profiler's ops of one decode
-step of the run's median size; and one prefill step's (scripts/profile_decode.py). `--render-only` rewrites
+step of the run's median size; and one prefill step's (scripts/profile_decode.py); all from
+the last round. `--render-only` rewrites
 the page from an earlier run's --work-dir without measuring again.
 """
 
@@ -55,6 +57,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--requests", type=int, default=64)
     p.add_argument("--precisions", default="bf16,fp32")
     p.add_argument("--kv-caches", default="paged,contiguous", help="the reference engine's KV caches, one run each")
+    p.add_argument("--repeats", type=int, default=3,
+                   help="rounds of vLLM then each reference cache, alternating; the table gives medians and every run")
     p.add_argument("--max-num-seqs", type=int, default=64, help="the reference engine's batch limit")
     p.add_argument("--max-num-batched-tokens", type=int, default=2048,
                    help="the reference engine's tokens per step")
@@ -174,40 +178,47 @@ def main() -> int:
     rows = []
     caches = args.kv_caches.split(",")
     for precision in args.precisions.split(","):
-        result = work / f"vllm-{precision}.json"
-        vcmd = vllm_command(args, precision, result)
         if not args.render_only:
             # vLLM compiles its model on first use and caches it: a short run first, so the
-            # measured one does not count a cold compile (it took ~20 s of a 32 s run here).
+            # measured ones do not count a cold compile (it took ~20 s of a 32 s run here).
             warm = vllm_command(args, precision, work / f"vllm-{precision}-warmup.json")
             warm[warm.index("--num-prompts") + 1] = "4"
             run(warm, vllm_env, work / f"vllm-{precision}-warmup.log")
-            run(vcmd, vllm_env, work / f"vllm-{precision}.log")
-        elif not result.is_file():
-            print(f"engine_vs_vllm: error: --render-only needs {result}")
-            return 2
-        v = json.loads(result.read_text())
-        vllm_tps = v["requests_per_second"] * OUTPUT_TOKENS
-        ours = []
-        for cache in caches:
-            run_dir = work / f"reference-{precision}-{cache}"
-            lcmd = llmperf_command(args, precision, cache, run_dir)
+        vllm_runs, ours = [], {cache: [] for cache in caches}
+        for r in range(args.repeats):  # vLLM, then each cache, then again: A B C A B C
+            result = work / f"vllm-{precision}-{r}.json"
             if not args.render_only:
-                run(lcmd, ours_env, work / f"reference-{precision}-{cache}.log")
+                run(vllm_command(args, precision, result), vllm_env, work / f"vllm-{precision}-{r}.log")
+            if not result.is_file():
+                print(f"engine_vs_vllm: error: no {result} (--render-only reads an earlier run's)")
+                return 2
+            vllm_runs.append(json.loads(result.read_text())["requests_per_second"] * OUTPUT_TOKENS)
+            for cache in caches:
+                run_dir = work / f"reference-{precision}-{cache}-{r}"
+                if not args.render_only:
+                    run(llmperf_command(args, precision, cache, run_dir), ours_env, run_dir.with_suffix(".log"))
+                if not (run_dir / "summary.json").is_file():
+                    print(f"engine_vs_vllm: error: no {run_dir}/summary.json (--render-only reads an earlier run's)")
+                    return 2
+                ours[cache].append(json.loads((run_dir / "summary.json").read_text())["output_throughput_tps"])
+            print(f"{precision} round {r + 1}: vLLM {vllm_runs[-1]:.1f} output tok/s, reference "
+                  + ", ".join(f"{cache} {ours[cache][-1]:.1f}" for cache in caches), flush=True)
+        last = args.repeats - 1
+        if not args.render_only:
+            for cache in caches:
+                run_dir = work / f"reference-{precision}-{cache}-{last}"
                 for what, pcmd in profile_commands(args, precision, cache, run_dir).items():
                     run(pcmd, ours_env, profile_file(work, what, precision, cache))
-            elif not (run_dir / "summary.json").is_file():
-                print(f"engine_vs_vllm: error: --render-only needs {run_dir}/summary.json")
-                return 2
-            s = json.loads((run_dir / "summary.json").read_text())
-            print(f"{precision}: vLLM {vllm_tps:.1f} output tok/s ({v['requests_per_second']:.2f} req/s), "
-                  f"reference {cache} {s['output_throughput_tps']:.1f} ({s['request_throughput_rps']:.2f} req/s): "
-                  f"ratio {s['output_throughput_tps'] / vllm_tps:.2f}", flush=True)
-            ours.append((cache, s["output_throughput_tps"], s["request_throughput_rps"], lcmd, run_dir))
-        rows.append((precision, vllm_tps, v["requests_per_second"], vcmd, ours))
+        rows.append((precision, vllm_runs, vllm_command(args, precision, work / f"vllm-{precision}-{last}.json"),
+                     [(cache, ours[cache], llmperf_command(args, precision, cache, work / f"reference-{precision}-{cache}-{last}"),
+                       work / f"reference-{precision}-{cache}-{last}") for cache in caches]))
     Path(args.out).write_text(render(args, rows), encoding="utf-8")
     print(f"wrote {args.out}")
     return 0
+
+
+def runs_text(values: list[float]) -> str:
+    return ", ".join(f"{v:.1f}" for v in values)
 
 
 def profile_file(work: Path, what: str, precision: str, cache: str) -> Path:
@@ -239,19 +250,24 @@ def render(args, rows) -> str:
         f"contiguous cache, a slot of its context per sequence, with {CONTIGUOUS_MAX_MODEL_LEN} "
         f"(64 slots of {MAX_MODEL_LEN} would not fit).",
         "",
-        "| precision | vLLM output tok/s | vLLM req/s | reference KV cache | reference output tok/s "
-        "| reference req/s | reference ÷ vLLM |",
-        "|---|---|---|---|---|---|---|",
+        f"The engines ran in {args.repeats} rounds of vLLM, then the reference engine with each cache, "
+        "one after another; the table gives each one's median output tokens/s over the rounds and, "
+        "in brackets, every round's figure in order, and the ratio of medians.",
+        "",
+        "| precision | vLLM output tok/s | reference KV cache | reference output tok/s | reference ÷ vLLM |",
+        "|---|---|---|---|---|",
     ]
-    for precision, vtps, vrps, _, ours in rows:
-        for cache, otps, orps, *_ in ours:
-            lines.append(f"| {precision} | {vtps:.1f} | {vrps:.2f} | {cache} | {otps:.1f} | {orps:.2f} "
-                         f"| {otps / vtps:.2f} |")
+    for precision, vllm_runs, _, ours in rows:
+        vmed = statistics.median(vllm_runs)
+        for cache, runs, *_ in ours:
+            omed = statistics.median(runs)
+            lines.append(f"| {precision} | {vmed:.1f} ({runs_text(vllm_runs)}) | {cache} | {omed:.1f} "
+                         f"({runs_text(runs)}) | {omed / vmed:.2f} |")
     work = Path(args.work_dir)
     for precision, *_, ours in rows:
         for cache, *_, run_dir in ours:
             lines += ["", f"## Where the reference engine's time went, {precision}, {cache} cache", "",
-                      "Its measured window, from its own steps.jsonl; the last column is llmperf's roofline "
+                      "Its last round's measured window, from its own steps.jsonl; the last column is llmperf's roofline "
                       "bound for those steps (the larger of MBU and MFU, against this machine's probed "
                       "ceilings for the dtype the Linears multiply in) ÷ their time: 1.0 would be at the limit.",
                       "", *time_split(run_dir)]
@@ -263,7 +279,7 @@ def render(args, rows) -> str:
                     lines += ["", f"One {what} step of the run's median size, op by op (`{cmdline(pcmd)}`):",
                               "", "```", *table, "```"]
     lines += ["", "## Command lines", "", "```"]
-    for _, _, _, vcmd, ours in rows:
+    for _, _, vcmd, ours in rows:
         lines += [cmdline(vcmd), *(cmdline(lcmd) for *_, lcmd, _ in ours)]
     lines += ["```", ""]
     return "\n".join(lines)
