@@ -239,7 +239,7 @@ def render(args, rows) -> str:
         f"one job, side by side. Checkpoint `{args.checkpoint}`: {cfg.get('model_type')}, "
         f"{cfg.get('num_hidden_layers')} layers, hidden {cfg.get('hidden_size')}, vocab {cfg.get('vocab_size')}.",
         "",
-        *(f"> {note}" for note in args.note),
+        "\n>\n".join(f"> {note}" for note in args.note),
         *([""] if args.note else []),
         f"Offline: {args.requests} requests of {INPUT_TOKENS} tokens in and {OUTPUT_TOKENS} out, all queued "
         f"at once, greedy, ignore_eos. vLLM with `VLLM_CPU_OMP_THREADS_BIND={args.threads_bind}` (its best "
