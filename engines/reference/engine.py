@@ -111,7 +111,7 @@ class ReferenceEngine(ThreadedEngine, OfflineAPI):
             broadcast = broadcast_step
         kv_layers = [self.kv.layer(i) for i in range(self.config.num_hidden_layers)]
         self.runner = ModelRunner(self.model, kv_layers, opts.kv_block_size, self.backend, self.device, broadcast,
-                                  slot_blocks=getattr(self.kv, "blocks_per_slot", 0))
+                                  slot_blocks=self.kv.blocks_per_slot)
 
         super().__init__()
         self._aborts: set[str] = set()

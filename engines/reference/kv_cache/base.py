@@ -21,6 +21,7 @@ class KVCache(Protocol):
     name: str
     block_size: int
     num_blocks: int  # usable blocks, the null block excluded
+    blocks_per_slot: int  # contiguous: the blocks each sequence's slot spans (read in place); paged: 0
 
     def layer(self, i: int) -> tuple[torch.Tensor, torch.Tensor]: ...
 

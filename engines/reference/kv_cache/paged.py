@@ -37,6 +37,7 @@ class PagedKVCache:
             raise ValueError(f"num_kv_blocks must be >= 1, got {num_blocks}")
         self.block_size = block_size
         self.num_blocks = num_blocks
+        self.blocks_per_slot = 0  # blocks anywhere in the pool: no slot to read in place
         self.max_model_len = max_model_len
         self.enable_prefix_caching = enable_prefix_caching
         self.storage = allocate_storage(cfg, num_blocks, block_size, dtype, device)
