@@ -61,3 +61,7 @@ class OpenAIEngineConfig(EngineConfig):
         if self.metrics_url == "off":
             return None
         return self.metrics_url or self.base_url.rstrip("/").removesuffix("/v1") + "/metrics"
+
+    def round_trip_endpoint(self) -> str | None:
+        """GET /v1/models: every OpenAI-compatible server answers it without touching its engine."""
+        return self.base_url.rstrip("/") + "/models"

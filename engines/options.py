@@ -35,3 +35,8 @@ class EngineConfig:
     def metrics_endpoint(self) -> str | None:
         """The server's Prometheus /metrics to scrape while the load runs; None: no server."""
         return None
+
+    def round_trip_endpoint(self) -> str | None:
+        """A cheap GET on the server, timed beside each scrape as its HTTP round trip (the
+        transport part of the latency split); None: not timed."""
+        return None

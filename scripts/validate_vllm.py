@@ -356,7 +356,9 @@ def read_llmperf_summary(path: Path, point: str, cmd: list[str]) -> Measured:
     s = json.loads(path.read_text())
     split = {k: s.get(k) for k in ("ttft_s", "server_ttft_s", "server_queue_s", "server_prefill_s",
                                    "ttft_overhead_s", "ttft_overhead_pct", "e2e_overhead_pct",
-                                   "ttft_frontend_s", "ttft_network_s",
+                                   "ttft_frontend_s", "ttft_network_s", "ttft_transport_s",
+                                   "ttft_unexplained_s", "ttft_unexplained_pct", "server_round_trip_s",
+                                   "dispatch_lag_s",
                                    "server_prefix_cache_hit_rate", "server_view")}
     return Measured("llmperf", point, s["ttft_s"]["median"] * 1e3, s["tpot_s"]["median"] * 1e3,
                     s["output_throughput_tps"], s["duration_s"], cmd, split)
@@ -488,19 +490,35 @@ def render(args, capacity_rps, capacity_tps, capacity_cmd, serve_cmd, startup_s,
         verdict += f"; {unmeasured} of {len(POINTS)} load points not measured"
     lines += [f"**Verdict: {verdict}.**", "",
               "## Client vs server (llmperf's split, from vLLM's /metrics)", "",
-              "Client TTFT mean = vLLM queue + vLLM prefill + overhead (network, HTTP, vLLM's frontend: "
-              "tokenization, detokenization, hand-off to the engine core).", "",
-              "| run | client TTFT mean (ms) | vLLM TTFT mean (ms) | queue + prefill (ms) | overhead (ms) | of it: vLLM frontend / client+network (ms) | overhead share | prefix-cache hit rate |",
-              "|---|---|---|---|---|---|---|---|"]
+              "Client TTFT mean = vLLM queue + vLLM prefill (its engine core's histograms) + vLLM frontend "
+              "(vLLM's own TTFT histogram, which starts at its HTTP frontend, minus those) + transport "
+              "(timed by llmperf itself: its dispatch lag + the HTTP round trip of a GET of /v1/models "
+              "beside each scrape) + unexplained. The parts close when the unexplained rest is within "
+              "5% of the client's TTFT mean.", "",
+              "| run | client TTFT mean (ms) | vLLM TTFT mean (ms) | queue + prefill (ms) | vLLM frontend (ms) "
+              "| transport: lag + round trip (ms) | unexplained (ms) | unexplained share | closes within 5% "
+              "| client - vLLM TTFT (ms) | prefix-cache hit rate |",
+              "|---|---|---|---|---|---|---|---|---|---|---|"]
+    closed = []
     for m in (m for m in results if m.tool == "llmperf"):
         s = m.split
         if not s.get("ttft_overhead_s"):
-            lines.append(f"| {m.point} | no server-side view: {s.get('server_view')} | | | | | | |")
+            lines.append(f"| {m.point} | no server-side view: {s.get('server_view')} |" + " |" * 9)
             continue
         client, overhead = s["ttft_s"]["mean"] * 1e3, s["ttft_overhead_s"]["mean"] * 1e3
         hit_rate = s.get("server_prefix_cache_hit_rate")
+        pct = s.get("ttft_unexplained_pct")
+        if pct is not None:
+            closed.append(abs(pct) <= 5.0)
+        transport = "-" if s.get("ttft_transport_s") is None else (
+            f"{ms(s['ttft_transport_s'])}: {ms(s['dispatch_lag_s']['mean'])} + {ms(s['server_round_trip_s']['mean'])}")
         lines.append(f"| {m.point} | {client:.1f} | {s['server_ttft_s']['mean'] * 1e3:.1f} | {client - overhead:.1f} | "
-                     f"{overhead:.1f} | {ms(s.get('ttft_frontend_s'))} / {ms(s.get('ttft_network_s'))} | {s['ttft_overhead_pct']:.1f}% | {'-' if hit_rate is None else f'{hit_rate:.1%}'} |")
+                     f"{ms(s.get('ttft_frontend_s'))} | {transport} | {ms(s.get('ttft_unexplained_s'))} | "
+                     f"{'-' if pct is None else f'{pct:+.1f}%'} | "
+                     f"{'-' if pct is None else ('yes' if abs(pct) <= 5.0 else '**no**')} | {ms(s.get('ttft_network_s'))} | "
+                     f"{'-' if hit_rate is None else f'{hit_rate:.1%}'} |")
+    if closed:
+        lines += ["", f"**The split closes within 5% in {sum(closed)} of {len(closed)} runs.**"]
     lines += ["", "## Command lines", "", "```", cmdline(capacity_cmd), cmdline(serve_cmd) + (f"   # ready in {startup_s:.0f} s" if startup_s else "")]
     seen = set()
     for m in results:

@@ -8,13 +8,13 @@ import time
 
 import pytest
 
-from llmperf.measure.validity import prefix_cache_unexpected, server_agrees
+from llmperf.measure.validity import prefix_cache_unexpected, server_agrees, split_closes
 from llmperf.run.config import ValidityConfig
 from llmperf.serverside.decomposition import decompose
 from llmperf.serverside.families import FAMILIES, detect_family
 from llmperf.serverside.histogram import Histogram
-from llmperf.serverside.scraper import MetricsScraper, parse_rows, read_csv
-from llmperf.serverside.window import window_summary
+from llmperf.serverside.scraper import ROUND_TRIP, MetricsScraper, Row, parse_rows, read_csv
+from llmperf.serverside.window import round_trip_summary, window_summary
 from llmperf.workload.requests import longest_shared_prefix
 
 # -- histograms ---------------------------------------------------------------------------
@@ -187,6 +187,60 @@ def test_client_latency_splits_into_queue_prefill_decode_and_overhead():
     assert decompose({"ttft_s": summary["ttft_s"]}) == {}
 
 
+VLLM_LIKE = {  # vLLM at 0.58 req/s on 2 cores, in round figures: a frontend of 15% of TTFT
+    "ttft_s": {"mean": 0.800},
+    "e2e_s": {"mean": 7.000},
+    "server_queue_s": {"mean": 0.030},
+    "server_prefill_s": {"mean": 0.650},
+    "server_decode_s": {"mean": 6.100},
+    "server_ttft_s": {"mean": 0.790},
+    "server_e2e_s": {"mean": 6.990},
+    "dispatch_lag_s": {"mean": 0.0005},
+    "server_round_trip_s": {"mean": 0.0060},
+}
+
+
+def test_the_transport_timed_on_its_own_closes_the_split():
+    split = decompose(VLLM_LIKE)
+    # transport = dispatch lag + HTTP round trip; unexplained = client - every other part
+    assert split["ttft_transport_s"] == pytest.approx(0.0065)
+    assert split["ttft_frontend_s"] == pytest.approx(0.110)
+    assert split["ttft_unexplained_s"] == pytest.approx(0.800 - 0.030 - 0.650 - 0.110 - 0.0065)
+    assert split["ttft_unexplained_pct"] == pytest.approx(100 * 0.0035 / 0.800)
+    assert split["e2e_unexplained_s"] == pytest.approx(7.000 - 0.030 - 0.650 - 6.100 - 0.210 - 0.0065)
+    # Without a whole TTFT (SGLang-like) the frontend has no figure: it stays unexplained.
+    no_whole = decompose({k: v for k, v in VLLM_LIKE.items() if k not in ("server_ttft_s", "server_e2e_s")})
+    assert "ttft_frontend_s" not in no_whole
+    assert no_whole["ttft_unexplained_s"] == pytest.approx(0.800 - 0.680 - 0.0065)
+    # No round trip timed: no transport, no unexplained rest.
+    untimed = decompose({k: v for k, v in VLLM_LIKE.items() if k != "server_round_trip_s"})
+    assert "ttft_transport_s" not in untimed and "ttft_unexplained_pct" not in untimed
+
+
+@pytest.mark.parametrize(("client_s", "ok"), [(0.800, True), (0.835, True), (0.900, False), (0.755, False)])
+def test_a_split_that_does_not_close_within_5_percent_is_a_warning(client_s, ok):
+    summary = {**VLLM_LIKE, "ttft_s": {"mean": client_s}}
+    summary.update(decompose(summary))
+    check = split_closes(summary, ValidityConfig())
+    assert check.ok is ok and check.blocking is False
+    assert "transport 6.5 ms (dispatch lag 0.5 ms + HTTP round trip 6.0 ms)" in check.detail
+    untimed = {k: v for k, v in VLLM_LIKE.items() if k != "server_round_trip_s"}
+    untimed.update(decompose(untimed))
+    assert split_closes(untimed, ValidityConfig()).detail.startswith("not measured")
+
+
+def test_server_agreement_compares_the_client_with_the_servers_own_ttft_where_it_has_one():
+    """vLLM's frontend (here 14% of TTFT) is the server's own time; what lies between the
+    two accounts is the client and the network (1.25%)."""
+    summary = {**VLLM_LIKE, **decompose(VLLM_LIKE)}
+    assert summary["ttft_overhead_pct"] == pytest.approx(15.0)
+    check = server_agrees(summary, ValidityConfig())
+    assert check.ok, check.detail
+    assert "server frontend 110.0 ms and client/network 10.0 ms (1.3% of the client's TTFT" in check.detail
+    late = {**VLLM_LIKE, "server_ttft_s": {"mean": 0.810}}  # the server saw more than the client: clocks disagree
+    assert not server_agrees({**late, **decompose(late)}, ValidityConfig()).ok
+
+
 @pytest.mark.parametrize(("overhead_s", "ok"), [(0.010, True), (0.030, False), (-0.001, False)])
 def test_overhead_outside_0_to_10_percent_of_ttft_is_a_warning(overhead_s, ok):
     summary = {"ttft_s": {"mean": 0.2}, "ttft_overhead_s": {"mean": overhead_s}, "ttft_server_parts": "queue_s+prefill_s"}
@@ -238,3 +292,42 @@ def test_scrape_soon_scrapes_before_the_interval_and_stop_takes_a_last_one(tmp_p
     rows = read_csv(tmp_path / "server_metrics.csv")
     tokens = [r.value for r in rows if r.figure == "output_tokens"]
     assert tokens == [100, 110, 120] and rows[0].t_s == 0.0
+
+
+def test_round_trips_inside_the_window_only():
+    trips = [Row(t, ROUND_TRIP, "value", None, v, "GET x/v1/models")
+             for t, v in [(0.5, 0.100), (1.0, 0.002), (2.0, 0.004), (3.0, 0.006), (4.0, 0.008), (9.0, 0.100)]]
+    s = round_trip_summary(trips, start_s=1.0, end_s=4.0)["server_round_trip_s"]
+    assert s["count"] == 4 and s["mean"] == pytest.approx(0.005) and s["median"] == pytest.approx(0.005)
+    assert s["p99"] == pytest.approx(0.002 + 0.99 * 3 * 0.002)  # linear between the 4 probes
+    assert round_trip_summary(trips, start_s=5.0, end_s=6.0) == {}
+
+
+def test_the_probe_is_timed_beside_each_scrape_and_kept_out_of_the_scrapes(tmp_path):
+    served = iter(vllm_text(gen=g) for g in range(100, 10_000, 10))
+    probed = []
+
+    def fetch(url, timeout_s):
+        if url == "x/v1/models":
+            probed.append(url)
+            time.sleep(0.02)
+            return "{}"
+        return next(served)
+
+    scraper = MetricsScraper("x/metrics", interval_s=60.0, fetch=fetch, probe_url="x/v1/models")
+    assert scraper.start() is None
+    scraper.scrape_soon()
+    deadline = time.monotonic() + 5
+    while not scraper.round_trips:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    scraper.stop()
+    assert len(probed) == len(scraper.round_trips) == 1
+    assert 0.02 <= scraper.round_trips[0].value < 1.0
+    assert all(r.figure != ROUND_TRIP for r in scraper.rows)
+    scraper.write_csv(tmp_path / "server_metrics.csv")
+    rows = read_csv(tmp_path / "server_metrics.csv")
+    trips = [r for r in rows if r.figure == ROUND_TRIP]
+    assert len(trips) == 1 and trips[0].metric == "GET x/v1/models"
+    # The CSV's round trips do not disturb the window's figures.
+    assert window_summary(rows, 0.0, 1e12) == window_summary(scraper.rows, 0.0, 1e12)

@@ -13,7 +13,7 @@ from rich.console import Console
 from llmperf.run.runner import run_benchmark
 from llmperf.serve.app import build_app
 from llmperf.serve.server import ServerThread, build_server
-from llmperf.serverside.scraper import read_csv
+from llmperf.serverside.scraper import ROUND_TRIP, read_csv
 from tests.conftest import compose_overrides
 
 LOAD = [
@@ -79,6 +79,21 @@ def test_the_split_adds_up_and_the_server_sees_no_more_than_the_client(scraped_r
     assert checks["prefix_cache_expected"]["ok"] and not checks["server_agrees"]["blocking"]
 
 
+def test_the_round_trip_is_timed_in_the_window_and_the_parts_add_up_to_the_client(scraped_run):
+    run_dir, s, _, _ = scraped_run
+    trips = [r for r in read_csv(run_dir / "server_metrics.csv") if r.figure == ROUND_TRIP]
+    assert trips and all(r.metric.endswith("/v1/models") and 0 < r.value < 1 for r in trips)
+    inside = [r.value for r in trips if s["measure_start_s"] <= r.t_s <= s["duration_s"] + s["measure_start_s"]]
+    assert s["server_round_trip_s"]["count"] == len(inside) >= 3
+    assert s["server_round_trip_s"]["mean"] == pytest.approx(sum(inside) / len(inside))
+    assert s["ttft_transport_s"] == pytest.approx(s["dispatch_lag_s"]["mean"] + s["server_round_trip_s"]["mean"])
+    parts = (s["server_queue_s"]["mean"] + s["server_prefill_s"]["mean"] + s["ttft_frontend_s"]
+             + s["ttft_transport_s"] + s["ttft_unexplained_s"])
+    assert parts == pytest.approx(s["ttft_s"]["mean"], rel=1e-9)
+    checks = {c["check"]: c for c in s["validity"]}
+    assert "HTTP round trip" in checks["split_closes"]["detail"] and not checks["split_closes"]["blocking"]
+
+
 def test_the_report_shows_client_vs_server(scraped_run):
     run_dir, _, _, _ = scraped_run
     html = (run_dir / "report.html").read_text()
@@ -86,6 +101,7 @@ def test_the_report_shows_client_vs_server(scraped_run):
     assert (run_dir / "plots" / "latency_split.png").stat().st_size > 5_000
     assert (run_dir / "plots" / "server_gauges.png").stat().st_size > 5_000
     assert "queue_s+prefill_s" in html
+    assert "ttft_unexplained_pct" in html and "server_round_trip_s.mean" in html
 
 
 def test_no_metrics_endpoint_is_one_line_and_the_run_goes_on(served, tmp_path):

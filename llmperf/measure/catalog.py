@@ -255,6 +255,26 @@ def _declare() -> list[Metric]:
            " queue, prefill and decode means", split, srv),
         _m("e2e_network_s", "client and network (E2E)", "s", LOWER, "client E2E mean − the"
            " server's E2E mean", split, srv),
+        _m("server_round_trip_s", "HTTP round trip", "s", LOWER, "the time a GET of the server's"
+           " /v1/models took, timed beside each scrape inside the measured window: the network,"
+           " both HTTP stacks and the server's event loop, none of its engine. `{count, mean,"
+           " median, p90, p99}` over the probes", "llmperf/serverside/window.py:round_trip_summary",
+           srv, distribution=True),
+        _m("ttft_transport_s", "transport (measured)", "s", LOWER, "dispatch lag mean + HTTP"
+           " round-trip mean: the client/network part of the split, timed by the client on its"
+           " own; one figure under both names", split, srv, family="{kind}_transport_s"),
+        _m("e2e_transport_s", "transport (measured), E2E", "s", LOWER, "as `ttft_transport_s`",
+           split, srv, family="{kind}_transport_s"),
+        _m("ttft_unexplained_s", "unexplained (TTFT)", "s", NEITHER, "client TTFT mean − server"
+           " queue − prefill − frontend − transport: what the split's parts, each from its own"
+           " source, leave over (the frontend stays in it where the server has no whole TTFT)",
+           split, srv),
+        _m("e2e_unexplained_s", "unexplained (E2E)", "s", NEITHER, "client E2E mean − server"
+           " queue − prefill − decode − frontend − transport", split, srv),
+        _m("ttft_unexplained_pct", "unexplained share (TTFT)", "%", NEITHER, "`ttft_unexplained_s`"
+           " ÷ client TTFT mean × 100; the `split_closes` warning past ±5", split, srv),
+        _m("e2e_unexplained_pct", "unexplained share (E2E)", "%", NEITHER, "`e2e_unexplained_s`"
+           " ÷ client E2E mean × 100", split, srv),
     ]
     peak = ("÷ peak memory bandwidth (the datasheet's; `_measured`: the probe's)")
     metrics += _phases("mbu_", "MBU", "fraction", HIGHER, "bytes the phase's steps had to read"

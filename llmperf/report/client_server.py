@@ -20,6 +20,7 @@ PART_LABELS = {"queue_s": "server queue", "prefill_s": "server prefill", "decode
                "ttft_s": "server TTFT", "e2e_s": "server E2E"}
 SPLITS = (("ttft", "TTFT"), ("e2e", "E2E"))
 FRONTEND_COLOR = "#d1d5db"
+TRANSPORT_COLOR = "#93c5fd"
 
 
 @dataclass
@@ -53,8 +54,10 @@ def split_rows(summary: dict[str, Any]) -> list[SplitRow]:
 
 
 def latency_split(run: RunFolder) -> Figure:
-    """One stacked bar per split (TTFT, E2E): the server's parts, then the overhead, against
-    a tick at the client's mean. A negative overhead is drawn hatched, back from the end."""
+    """One stacked bar per split (TTFT, E2E): the server's parts, then the overhead (its
+    frontend, the measured transport and what is left unexplained, as far as the figures
+    go), against a tick at the client's mean. A negative part is drawn hatched, back from
+    the end."""
     s = run.summary
     bars = [(name, label) for name, label in SPLITS if _stat(s, f"{name}_overhead_s", "mean") is not None]
     if not bars:
@@ -69,10 +72,17 @@ def latency_split(run: RunFolder) -> Figure:
             ax.barh(y, value_ms, left=left, color=colors[part], label=PART_LABELS[part])
             left += value_ms
         frontend_s, network_s = s.get(f"{name}_frontend_s"), s.get(f"{name}_network_s")
-        if frontend_s is not None and network_s is not None:  # the overhead in its two parts
-            overheads = ((frontend_s * 1e3, FRONTEND_COLOR, "server frontend"), (network_s * 1e3, MUTED, "client/network"))
+        transport_s, unexplained_s = s.get(f"{name}_transport_s"), s.get(f"{name}_unexplained_s")
+        overheads: list[tuple[float, str, str]] = []
+        if frontend_s is not None:
+            overheads.append((frontend_s * 1e3, FRONTEND_COLOR, "server frontend"))
+        if transport_s is not None and unexplained_s is not None:  # the rest, measured and left over
+            overheads += [(transport_s * 1e3, TRANSPORT_COLOR, "transport (measured)"),
+                          (unexplained_s * 1e3, MUTED, "unexplained")]
+        elif network_s is not None:
+            overheads.append((network_s * 1e3, MUTED, "client/network"))
         else:
-            overheads = ((_stat(s, f"{name}_overhead_s", "mean") * 1e3, MUTED, "client/network overhead"),)
+            overheads.append((_stat(s, f"{name}_overhead_s", "mean") * 1e3, MUTED, "client/network overhead"))
         for value_ms, shade, label in overheads:
             ax.barh(y, value_ms, left=left, color=shade, hatch="//" if value_ms < 0 else None, label=label)
             left += value_ms
@@ -81,7 +91,8 @@ def latency_split(run: RunFolder) -> Figure:
     ax.set_yticks(range(len(bars)), [label for _, label in bars])
     handles, labels = ax.get_legend_handles_labels()
     unique = dict(zip(labels, handles, strict=True))  # one entry per part, however many bars
-    order = [*PART_LABELS.values(), "server frontend", "client/network", "client/network overhead", "client mean"]
+    order = [*PART_LABELS.values(), "server frontend", "transport (measured)", "unexplained", "client/network",
+             "client/network overhead", "client mean"]
     names = sorted(unique, key=order.index)
     ax.legend([unique[n] for n in names], names, fontsize=8.5, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     return fig

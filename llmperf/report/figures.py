@@ -140,11 +140,20 @@ def warnings(summary: dict[str, Any]) -> list[str]:
     return [_describe(c) for c in validity(summary) if not c.get("ok") and not c.get("blocking", True)]
 
 
+SPLIT_PARTS = ("frontend_s", "network_s", "transport_s", "unexplained_s", "unexplained_pct")
+
+
 def server_rows(summary: dict[str, Any]) -> list[Row]:
     """The server's counters and gauge levels over the measured window (its histograms are in
-    the split table)."""
-    return [Row(k, format_value(k, v)) for k, v in summary.items()
+    the split table), the parts of the split's overhead, and the HTTP round trip's mean."""
+    rows = [Row(k, format_value(k, v)) for k, v in summary.items()
             if k.startswith("server_") and not isinstance(v, dict)]
+    rows += [Row(k, format_value(k, v)) for k, v in summary.items()
+             if k.startswith(("ttft_", "e2e_")) and k.endswith(SPLIT_PARTS) and v is not None]
+    round_trip = summary.get("server_round_trip_s")
+    if isinstance(round_trip, dict) and round_trip.get("mean") is not None:
+        rows.append(Row("server_round_trip_s.mean", format_value("server_round_trip_s", round_trip["mean"])))
+    return rows
 
 
 def run_title(summary: dict[str, Any], fallback: str) -> str:

@@ -77,7 +77,7 @@ from llmperf.run.environment import collect_environment
 from llmperf.run.launch import launch_server, stop_server
 from llmperf.serverside.decomposition import decompose
 from llmperf.serverside.scraper import MetricsScraper
-from llmperf.serverside.window import window_summary
+from llmperf.serverside.window import round_trip_summary, window_summary
 from llmperf.telemetry import Collector, SamplerUnavailable
 from llmperf.workload.requests import Workload, longest_shared_prefix
 
@@ -185,7 +185,8 @@ def server_metrics_scraped(run: Run) -> Iterator[None]:
     if url is None:
         yield
         return
-    scraper = MetricsScraper(url, run.config.engine.metrics_interval_s)
+    scraper = MetricsScraper(url, run.config.engine.metrics_interval_s,
+                             probe_url=run.config.engine.round_trip_endpoint())
     reason = scraper.start()
     if reason is not None:
         run.console.print(f"no server-side view: {reason}", markup=False, highlight=False)
@@ -365,6 +366,7 @@ def add_server_figures(run: Run) -> None:
     s["server_metrics_url"] = run.scraper.url
     s["server_scrape_errors"] = len(run.scraper.errors)
     s.update(window_summary(run.scraper.rows, run.load.measure_start_s, run.load.end_s))
+    s.update(round_trip_summary(run.scraper.round_trips, run.load.measure_start_s, run.load.end_s))
     s.update(decompose(s))
     if not run.workload.has_sessions:  # a session's turns share its history by design
         sent = [*run.workload.warmup(), *itertools.islice(run.workload.requests(), run.load.num_dispatched)]

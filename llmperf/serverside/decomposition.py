@@ -15,6 +15,16 @@ histograms start when its HTTP frontend receives the request; its queue, prefill
 decode times are the engine core's), the overhead splits once more, by means:
 
     overhead = server frontend (server TTFT - queue - prefill) + client/network (client TTFT - server TTFT)
+
+Those parts add up by construction. What makes the split a check is one part measured on
+its own: the transport, the client's dispatch lag (mean) plus the HTTP round trip of a
+cheap GET timed beside each scrape (mean; llmperf/serverside/scraper.py). Then
+
+    client TTFT = queue + prefill + frontend + transport + unexplained
+
+and the unexplained rest, as a share of the client's mean, says whether the parts close
+(the `split_closes` validity check: within 5%). Where the server has no whole TTFT, the
+frontend has no figure of its own and stays in the unexplained rest.
 """
 
 from __future__ import annotations
@@ -55,10 +65,24 @@ def _overhead(summary: dict[str, Any], client_key: str, parts: tuple[str, ...], 
         f"{name}_server_parts": server[1],
     }
     whole_mean = _mean(summary, f"server_{whole}")
+    frontend = None
     if whole_mean is not None and server[1] != whole:
-        out[f"{name}_frontend_s"] = whole_mean - server[0]
+        frontend = whole_mean - server[0]
+        out[f"{name}_frontend_s"] = frontend
         out[f"{name}_network_s"] = client["mean"] - whole_mean
+    transport = _transport(summary)
+    if transport is not None:
+        unexplained = overhead["mean"] - (frontend or 0.0) - transport
+        out[f"{name}_transport_s"] = transport
+        out[f"{name}_unexplained_s"] = unexplained
+        out[f"{name}_unexplained_pct"] = 100.0 * unexplained / client["mean"] if client["mean"] else None
     return out
+
+
+def _transport(summary: dict[str, Any]) -> float | None:
+    """Dispatch lag mean + HTTP round-trip mean: the part the client measures on its own."""
+    lag, round_trip = _mean(summary, "dispatch_lag_s"), _mean(summary, "server_round_trip_s")
+    return None if lag is None or round_trip is None else lag + round_trip
 
 
 def decompose(summary: dict[str, Any]) -> dict[str, Any]:

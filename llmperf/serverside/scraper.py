@@ -6,6 +6,12 @@ request on perf_counter()'s clock; `rebase` moves them onto the records' clock.
 The first scrape decides whether there is a server-side view at all: a server that is
 unreachable, answers an error, or exports no metric of a known family gives the reason
 instead, and the run goes on without it.
+
+Beside each scrape the thread times one GET of a cheap endpoint (`probe_url`: /v1/models
+on an OpenAI-compatible server): the HTTP round trip through the network, both HTTP stacks
+and the server's event loop, with nothing of its engine in it. The latency split uses it
+as the measured transport part (llmperf/serverside/decomposition.py). Its rows go into the
+CSV as figure `round_trip_s`.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from llmperf.serverside.families import COUNTER, FAMILIES, HISTOGRAM, Family, detect_family
 
 CSV_COLUMNS = ("t_s", "figure", "field", "le", "value", "metric")
+ROUND_TRIP = "round_trip_s"  # the figure of the timed probe's rows
 
 
 @dataclass(frozen=True)
@@ -107,13 +114,16 @@ class MetricsScraper:
         interval_s: float,
         timeout_s: float = 2.0,
         fetch: Callable[[str, float], str] = fetch_text,
+        probe_url: str | None = None,
     ) -> None:
         self.url = url
+        self.probe_url = probe_url
         self.interval_s = interval_s
         self.timeout_s = timeout_s
         self.fetch = fetch
         self.family: Family | None = None
         self.rows: list[Row] = []
+        self.round_trips: list[Row] = []  # figure ROUND_TRIP: one per timed probe
         self.errors: list[str] = []
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -150,16 +160,16 @@ class MetricsScraper:
         self._scrape()
 
     def rebase(self, origin_perf_counter_s: float) -> None:
-        self.rows = [
-            Row(r.t_s - origin_perf_counter_s, r.figure, r.field, r.le, r.value, r.metric)
-            for r in self.rows
-        ]
+        self.rows, self.round_trips = (
+            [Row(r.t_s - origin_perf_counter_s, r.figure, r.field, r.le, r.value, r.metric) for r in rows]
+            for rows in (self.rows, self.round_trips)
+        )
 
     def write_csv(self, path: Path) -> None:
         with Path(path).open("w", newline="", encoding="utf-8") as f:
             writer = csv.writer(f)
             writer.writerow(CSV_COLUMNS)
-            for r in self.rows:
+            for r in (*self.rows, *self.round_trips):
                 writer.writerow(
                     [f"{r.t_s:.6f}", r.figure, r.field, "" if r.le is None else repr(r.le), repr(r.value), r.metric]
                 )
@@ -172,6 +182,7 @@ class MetricsScraper:
             self._wake.clear()
             if not self._stop.is_set():
                 self._scrape()
+                self._time_round_trip()
 
     def _scrape(self) -> None:
         try:
@@ -181,6 +192,20 @@ class MetricsScraper:
             return
         with self._lock:
             self.rows.extend(rows)
+
+    def _time_round_trip(self) -> None:
+        if self.probe_url is None:
+            return
+        sent_s = time.perf_counter()
+        try:
+            self.fetch(self.probe_url, self.timeout_s)
+        except (OSError, ValueError) as err:  # a missed probe is a gap too
+            self.errors.append(f"{self.probe_url}: {_describe(err)}")
+            return
+        done_s = time.perf_counter()
+        with self._lock:
+            self.round_trips.append(Row((sent_s + done_s) / 2, ROUND_TRIP, "value", None, done_s - sent_s,
+                                        "GET " + self.probe_url))
 
     def _get(self) -> tuple[str, float]:
         sent_s = time.perf_counter()

@@ -13,6 +13,8 @@ from collections.abc import Sequence
 from statistics import fmean
 from typing import Any
 
+import numpy as np
+
 from llmperf.serverside.families import FIGURES, GAUGE, HISTOGRAM
 from llmperf.serverside.histogram import Histogram, stats
 from llmperf.serverside.scraper import Row
@@ -74,6 +76,17 @@ def window_summary(rows: Sequence[Row], start_s: float, end_s: float) -> dict[st
     if any(isinstance(v, dict) for v in out.values()):
         out["server_percentiles"] = PERCENTILE_METHOD
     return out
+
+
+def round_trip_summary(round_trips: Sequence[Row], start_s: float, end_s: float) -> dict[str, Any]:
+    """`server_round_trip_s` over the timed probes inside the measured window: {count, mean,
+    median, p90, p99}, from the probes themselves (no buckets)."""
+    values = [r.value for r in round_trips if start_s <= r.t_s <= end_s]
+    if not values:
+        return {}
+    median, p90, p99 = (float(v) for v in np.percentile(values, [50, 90, 99]))
+    return {"server_round_trip_s": {"count": len(values), "mean": fmean(values), "median": median,
+                                    "p90": p90, "p99": p99}}
 
 
 def _counter_key(figure: str) -> str:
