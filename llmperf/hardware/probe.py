@@ -29,6 +29,8 @@ from typing import Any
 
 import torch
 
+from engines.reference.cpu_layout import has_bf16_arithmetic
+
 CACHE_FILE = "probe.json"
 PROBE_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 _MIN_READ_BYTES = {"cpu": 256 * 2**20, "cuda": 2**30}
@@ -74,6 +76,13 @@ def cpu_model_name() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine() or "cpu"
+
+
+def machine_description() -> str:
+    """What a page of CPU figures was measured on: cores, model, and whether the CPU has bf16
+    arithmetic, which decides how bf16 runs here (docs/kernels.md)."""
+    bf16 = "with" if has_bf16_arithmetic() else "without"
+    return f"{os.cpu_count()} cores of an {cpu_model_name()}, {bf16} bf16 arithmetic (AVX512_BF16 or AMX)"
 
 
 def device_name(device: str) -> str:
