@@ -19,8 +19,8 @@ docs/validation.md.
 With --aiperf (NVIDIA's AIPerf, installed in a venv of its own: `python -m venv
 ~/.cache/llmperf/aiperf && ~/.cache/llmperf/aiperf/bin/pip install aiperf`), AIPerf is a
 third client in every round (A B C A B C): the same trace under `--fixed-schedule` at the
-Poisson point, synthetic 128/64-token prompts at a concurrency of 4 at the closed one.
-AIPerf (0.13) decodes trace prompts in worker processes that load the tokenizer offline
+Poisson point, synthetic 128/64-token prompts at a concurrency of 4 at the closed one (with
+a 100 req/s pace under that cap: see aiperf_command). AIPerf (0.13) decodes trace prompts in worker processes that load the tokenizer offline
 through the Hub cache only, so a folder path fails there ("Repo id must be in the form
 ..."): the script lays the checkpoint's tokenizer files out as a Hub cache entry
 (`llmperf/validate`) in the work dir and points AIPerf at it with HF_HOME.
@@ -405,7 +405,12 @@ def aiperf_command(args, base_url: str, point: str, trace: Path, artifacts: Path
     else:
         cmd += ["--synthetic-input-tokens-mean", str(INPUT_TOKENS), "--synthetic-input-tokens-stddev", "0",
                 "--output-tokens-mean", str(OUTPUT_TOKENS), "--output-tokens-stddev", "0",
-                "--concurrency", str(args.concurrency), "--request-count", str(args.requests)]
+                "--concurrency", str(args.concurrency), "--request-count", str(args.requests),
+                # With --concurrency alone AIPerf's timing manager polls for free slots without
+                # sleeping: 40% of a core here, which slowed vLLM on the same two cores 3x (its
+                # TPOT 73 ms against 24 ms). A constant 100 req/s under the concurrency cap ticks
+                # every 10 ms instead (4% of a core); the cap, not the rate, sets the load.
+                "--request-rate", "100", "--arrival-pattern", "constant"]
     return cmd
 
 
