@@ -476,7 +476,8 @@ def render(args, capacity_rps, capacity_tps, capacity_cmd, serve_cmd, startup_s,
         "(a paired t interval over the rounds, which ran the tools back to back).",
         "",
     ]
-    verdicts, unmeasured, resolutions = [], 0, []
+    verdicts: dict[str, list[bool]] = {}
+    unmeasured, resolutions = 0, []
     for point, title in POINTS.items():
         runs = [m for m in results if m.point == point]
         by_tool = {t: [m for m in runs if m.tool == t] for t in TOOL_NAMES if any(m.tool == t for m in runs)}
@@ -499,7 +500,8 @@ def render(args, capacity_rps, capacity_tps, capacity_cmd, serve_cmd, startup_s,
             gaps = [abs(fmean(a) - fmean(b)) / fmean(b) for b in others]
             widths = [gap_interval(a, b) for b in others]
             resolutions += [w for w in widths if w is not None]
-            verdicts += [gap <= AGREEMENT for gap in gaps]
+            for tool, gap in zip(by_tool, gaps, strict=True):
+                verdicts.setdefault(tool, []).append(gap <= AGREEMENT)
             lines.append(f"| {label} | {' / '.join(f'{v:.1f}' for v in a)} | "
                          + " | ".join(" / ".join(f"{v:.1f}" for v in b) for b in others) + f" | {spread(a)} | "
                          + " | ".join(spread(b) for b in others) + " | "
@@ -509,14 +511,14 @@ def render(args, capacity_rps, capacity_tps, capacity_cmd, serve_cmd, startup_s,
         lines += ["", "Run durations (s): llmperf " + " / ".join(f"{m.duration_s:.1f}" for m in ours) + ", "
                   + ", ".join(f"{TOOL_NAMES[t]} " + " / ".join(f"{m.duration_s:.1f}" for m in theirs)
                               for t, theirs in by_tool.items()) + ".", ""]
-    verdict = f"{sum(verdicts)} of {len(verdicts)} figures agree within 10%" if verdicts else "none"
+    verdict = "; ".join(f"against {TOOL_NAMES[t]}, {sum(v)} of {len(v)} figures agree within 10%"
+                        for t, v in verdicts.items()) or "none"
     if unmeasured:
         verdict += f"; {unmeasured} of {len(POINTS)} load points not measured"
     if resolutions:
         fine = sum(w < 0.05 for w in resolutions)
-        verdict += (f". Resolution: the 95% interval of the gap is narrower than ±5% for {fine} of "
-                    f"{len(resolutions)} figures (widest ±{max(resolutions):.1%}), so a 5% disagreement would "
-                    f"show there")
+        verdict += (f". Resolution: a gap's 95% interval is narrower than ±5%, so that a 5% disagreement "
+                    f"would show, for {fine} of {len(resolutions)} figures (the widest ±{max(resolutions):.1%})")
     lines += [f"**Verdict: {verdict}.**", "",
               "## Client vs server (llmperf's split, from vLLM's /metrics)", "",
               "Client TTFT mean = vLLM queue + vLLM prefill (its engine core's histograms) + vLLM frontend "
