@@ -123,7 +123,9 @@ def test_the_client_ttft_splits_into_vllm_queue_prefill_frontend_and_client(vllm
     # request before its arrival stamp, and building and sending the SSE chunk after its
     # first-token stamp, beyond what a GET costs. 2.6-4.3 ms here: 10% of this checkpoint's
     # 26 ms TTFT, 2.3% of a 160 ms one, 1.0-3.1% at validate_vllm.py's points (docs/validation.md).
-    assert 0 <= s["ttft_unexplained_s"] <= 0.006, s["ttft_unexplained_s"]
+    # The round trip is a sample of its own (a probe every scrape), with a tail: its mean can
+    # pass the requests' own transport, and the rest come out below zero (-1.6 ms in one CI run).
+    assert abs(s["ttft_unexplained_s"]) <= 0.006, s["ttft_unexplained_s"]
     # The two warnings say what the figures say: client - vLLM TTFT within 10% of the client's
     # TTFT (5.4 of 22.9 ms on this checkpoint in one run: it warned), the rest within 5%.
     checks = {c["check"]: c for c in s["validity"]}
