@@ -15,12 +15,16 @@ the same command, so that vLLM's compile cache is warm. vLLM's figure includes n
 (its own definition: all requests over the elapsed time); llmperf's is the measured window
 after 2 warmup requests, so the two are each tool's own offline figure.
 
-The reference engine runs once per KV cache (`--kv-caches`): paged (as vLLM; its decode
-attention gathers each sequence's blocks into a padded batch) and contiguous (a slot of
+The reference engine runs once per variant (`--variants`, each a KV cache, an attention
+backend and whether the C++ elementwise ops are on: `CACHE[/ATTENTION][+fused]`, sdpa when
+not named): paged (as vLLM; sdpa's decode attention gathers each sequence's blocks into a
+padded batch), paged/cpu (decode attention by the C++ kernel that reads the blocks in place,
+`attention=cpu`), paged/cpu+fused (and RMSNorm, RoPE and SiLU-and-mul as one C++ op each,
+`engine.fused_ops=true`) and contiguous (a slot of
 `max_model_len` positions per sequence, read in place; its context is cut to 256 positions,
 enough for 128 + 64, so that 64 slots fit in the same KV memory).
 
-Below the table, for each precision and cache, where the reference engine's time went: its measured
+Below the table, for each precision and variant, where the reference engine's time went: its measured
 window split by step kind from its own steps.jsonl (prefill, decode, and the time between
 steps), each kind's share of llmperf's roofline bound, and torch.profiler's ops of one decode
 step of the run's median size; and one prefill step's (scripts/profile_decode.py); all from
@@ -58,9 +62,11 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--threads-bind", default="0-1", help="VLLM_CPU_OMP_THREADS_BIND (0-1 is best on 2 cores)")
     p.add_argument("--requests", type=int, default=64)
     p.add_argument("--precisions", default="bf16,fp32")
-    p.add_argument("--kv-caches", default="paged,contiguous", help="the reference engine's KV caches, one run each")
+    p.add_argument("--variants", default="paged,paged/cpu,paged/cpu+fused,contiguous",
+                   help="the reference engine's variants, one run each: CACHE[/ATTENTION][+fused]"
+                        " (sdpa when not named; +fused: engine.fused_ops=true)")
     p.add_argument("--repeats", type=int, default=3,
-                   help="rounds of vLLM then each reference cache, alternating; the table gives medians and every run")
+                   help="rounds of vLLM then each reference variant, alternating; the table gives medians and every run")
     p.add_argument("--max-num-seqs", type=int, default=64, help="the reference engine's batch limit")
     p.add_argument("--max-num-batched-tokens", type=int, default=2048,
                    help="the reference engine's tokens per step")
@@ -103,9 +109,21 @@ def max_model_len(cache: str) -> int:
     return CONTIGUOUS_MAX_MODEL_LEN if cache == "contiguous" else MAX_MODEL_LEN
 
 
-def llmperf_command(args, precision: str, cache: str, run_dir: Path) -> list[str]:
+def split_variant(variant: str) -> tuple[str, str, bool]:
+    """`paged/cpu+fused` -> ("paged", "cpu", True); `paged` -> ("paged", "sdpa", False)."""
+    base, plus, extra = variant.partition("+")
+    if plus and extra != "fused":
+        raise SystemExit(f"engine_vs_vllm: error: variant {variant!r}: only +fused may follow the attention")
+    cache, _, attention = base.partition("/")
+    return cache, attention or "sdpa", bool(plus)
+
+
+def llmperf_command(args, precision: str, variant: str, run_dir: Path) -> list[str]:
+    cache, attention, fused = split_variant(variant)
     return [sys.executable, "-m", "llmperf", f"model.path={args.checkpoint}", "engine=reference",
-            f"engine.precision={precision}", f"engine.kv_cache={cache}", f"engine.max_num_seqs={args.max_num_seqs}",
+            f"engine.precision={precision}", f"engine.kv_cache={cache}", f"engine.attention={attention}",
+            f"engine.fused_ops={str(fused).lower()}",
+            f"engine.max_num_seqs={args.max_num_seqs}",
             f"engine.num_kv_blocks={kv_blocks(args, precision)}", f"engine.max_model_len={max_model_len(cache)}",
             f"engine.max_num_batched_tokens={args.max_num_batched_tokens}", "scenario=offline",
             f"scenario.num_requests={args.requests}", f"scenario.prompt_tokens.value={INPUT_TOKENS}",
@@ -126,16 +144,18 @@ def window_steps(run_dir: Path, kind: str) -> list[dict]:
     return [x for x in measured_window(run_dir)[1] if x["kind"] == kind]
 
 
-def profile_commands(args, precision: str, cache: str, run_dir: Path) -> dict[str, list[str]]:
+def profile_commands(args, precision: str, variant: str, run_dir: Path) -> dict[str, list[str]]:
     """One decode step at the run's median decode batch and mean context, op by op; for the
-    first cache, one prefill step at its median prefill batch and the prompt length too."""
+    first variant, one prefill step at its median prefill batch and the prompt length too."""
+    cache, attention, fused = split_variant(variant)
     decode = window_steps(run_dir, "decode")
     batch = int(statistics.median(x["num_seqs"] for x in decode))
     context = int(statistics.mean(x["context_tokens"] / x["num_seqs"] for x in decode))
     base = [sys.executable, str(ROOT / "scripts/profile_decode.py"), f"model={args.checkpoint}",
-            f"precision={precision}", f"kv_cache={cache}", "rows=12"]
+            f"precision={precision}", f"kv_cache={cache}", f"attention={attention}",
+            f"fused_ops={str(fused).lower()}", "rows=12"]
     commands = {"decode": [*base, f"batch={batch}", f"context={context}", "repeats=5"]}
-    if cache == args.kv_caches.split(",")[0]:
+    if variant == args.variants.split(",")[0]:
         prefill = window_steps(run_dir, "prefill")
         seqs = int(statistics.median(x["num_seqs"] for x in prefill))
         commands["prefill"] = [*base, f"prefill={seqs}", f"context={INPUT_TOKENS}", "repeats=3"]
@@ -178,7 +198,7 @@ def main() -> int:
                 "VLLM_CPU_KVCACHE_SPACE": f"{args.kv_cache_gib:g}"}
     ours_env = {**os.environ, "PYTHONPATH": str(ROOT)}
     rows = []
-    caches = args.kv_caches.split(",")
+    variants = args.variants.split(",")
     for precision in args.precisions.split(","):
         if not args.render_only:
             # vLLM compiles its model on first use and caches it: a short run first, so the
@@ -186,8 +206,8 @@ def main() -> int:
             warm = vllm_command(args, precision, work / f"vllm-{precision}-warmup.json")
             warm[warm.index("--num-prompts") + 1] = "4"
             run(warm, vllm_env, work / f"vllm-{precision}-warmup.log")
-        vllm_runs, ours = [], {cache: [] for cache in caches}
-        for r in range(args.repeats):  # vLLM, then each cache, then again: A B C A B C
+        vllm_runs, ours = [], {variant: [] for variant in variants}
+        for r in range(args.repeats):  # vLLM, then each variant, then again: A B C A B C
             result = work / f"vllm-{precision}-{r}.json"
             if not args.render_only:
                 run(vllm_command(args, precision, result), vllm_env, work / f"vllm-{precision}-{r}.log")
@@ -195,25 +215,26 @@ def main() -> int:
                 print(f"engine_vs_vllm: error: no {result} (--render-only reads an earlier run's)")
                 return 2
             vllm_runs.append(json.loads(result.read_text())["requests_per_second"] * OUTPUT_TOKENS)
-            for cache in caches:
-                run_dir = work / f"reference-{precision}-{cache}-{r}"
+            for variant in variants:
+                run_dir = work / f"reference-{precision}-{label(variant)}-{r}"
                 if not args.render_only:
-                    run(llmperf_command(args, precision, cache, run_dir), ours_env, run_dir.with_suffix(".log"))
+                    run(llmperf_command(args, precision, variant, run_dir), ours_env, run_dir.with_suffix(".log"))
                 if not (run_dir / "summary.json").is_file():
                     print(f"engine_vs_vllm: error: no {run_dir}/summary.json (--render-only reads an earlier run's)")
                     return 2
-                ours[cache].append(json.loads((run_dir / "summary.json").read_text())["output_throughput_tps"])
+                ours[variant].append(json.loads((run_dir / "summary.json").read_text())["output_throughput_tps"])
             print(f"{precision} round {r + 1}: vLLM {vllm_runs[-1]:.1f} output tok/s, reference "
-                  + ", ".join(f"{cache} {ours[cache][-1]:.1f}" for cache in caches), flush=True)
+                  + ", ".join(f"{variant} {ours[variant][-1]:.1f}" for variant in variants), flush=True)
         last = args.repeats - 1
         if not args.render_only:
-            for cache in caches:
-                run_dir = work / f"reference-{precision}-{cache}-{last}"
-                for what, pcmd in profile_commands(args, precision, cache, run_dir).items():
-                    run(pcmd, ours_env, profile_file(work, what, precision, cache))
+            for variant in variants:
+                run_dir = work / f"reference-{precision}-{label(variant)}-{last}"
+                for what, pcmd in profile_commands(args, precision, variant, run_dir).items():
+                    run(pcmd, ours_env, profile_file(work, what, precision, variant))
         rows.append((precision, vllm_runs, vllm_command(args, precision, work / f"vllm-{precision}-{last}.json"),
-                     [(cache, ours[cache], llmperf_command(args, precision, cache, work / f"reference-{precision}-{cache}-{last}"),
-                       work / f"reference-{precision}-{cache}-{last}") for cache in caches]))
+                     [(variant, ours[variant],
+                       llmperf_command(args, precision, variant, work / f"reference-{precision}-{label(variant)}-{last}"),
+                       work / f"reference-{precision}-{label(variant)}-{last}") for variant in variants]))
     Path(args.out).write_text(render(args, rows), encoding="utf-8")
     print(f"wrote {args.out}")
     return 0
@@ -223,8 +244,13 @@ def runs_text(values: list[float]) -> str:
     return ", ".join(f"{v:.1f}" for v in values)
 
 
-def profile_file(work: Path, what: str, precision: str, cache: str) -> Path:
-    return work / f"profile-{what}-{precision}-{cache}.txt"
+def label(variant: str) -> str:
+    """A variant as a file name part: paged/cpu -> paged-cpu."""
+    return variant.replace("/", "-").replace("+", "-")
+
+
+def profile_file(work: Path, what: str, precision: str, variant: str) -> Path:
+    return work / f"profile-{what}-{precision}-{label(variant)}.txt"
 
 
 def render(args, rows) -> str:
@@ -245,36 +271,37 @@ def render(args, rows) -> str:
         *([""] if args.note else []),
         f"Offline: {args.requests} requests of {INPUT_TOKENS} tokens in and {OUTPUT_TOKENS} out, all queued "
         f"at once, greedy, ignore_eos. vLLM with `VLLM_CPU_OMP_THREADS_BIND={args.threads_bind}` (its best "
-        f"setting here) and its default scheduler; the reference engine continuous, SDPA, "
-        f"max_num_seqs {args.max_num_seqs}, max_num_batched_tokens {args.max_num_batched_tokens}, once per KV "
-        f"cache. Both with a {args.kv_cache_gib:g} GiB KV cache (vLLM's `VLLM_CPU_KVCACHE_SPACE`, the "
+        f"setting here) and its default scheduler; the reference engine continuous, "
+        f"max_num_seqs {args.max_num_seqs}, max_num_batched_tokens {args.max_num_batched_tokens}, once per "
+        f"variant (KV cache / attention backend, +fused for `engine.fused_ops`; sdpa where none is "
+        f"named). Both with a {args.kv_cache_gib:g} GiB KV cache (vLLM's `VLLM_CPU_KVCACHE_SPACE`, the "
         f"reference engine's `num_kv_blocks`) and a {MAX_MODEL_LEN}-token context; the reference engine's "
         f"contiguous cache, a slot of its context per sequence, with {CONTIGUOUS_MAX_MODEL_LEN} "
         f"(64 slots of {MAX_MODEL_LEN} would not fit).",
         "",
-        f"The engines ran in {args.repeats} rounds of vLLM, then the reference engine with each cache, "
+        f"The engines ran in {args.repeats} rounds of vLLM, then the reference engine in each variant, "
         "one after another; the table gives each one's median output tokens/s over the rounds and, "
         "in brackets, every round's figure in order, and the ratio of medians.",
         "",
-        "| precision | vLLM output tok/s | reference KV cache | reference output tok/s | reference ÷ vLLM |",
+        "| precision | vLLM output tok/s | reference variant | reference output tok/s | reference ÷ vLLM |",
         "|---|---|---|---|---|",
     ]
     for precision, vllm_runs, _, ours in rows:
         vmed = statistics.median(vllm_runs)
-        for cache, runs, *_ in ours:
+        for variant, runs, *_ in ours:
             omed = statistics.median(runs)
-            lines.append(f"| {precision} | {vmed:.1f} ({runs_text(vllm_runs)}) | {cache} | {omed:.1f} "
+            lines.append(f"| {precision} | {vmed:.1f} ({runs_text(vllm_runs)}) | {variant} | {omed:.1f} "
                          f"({runs_text(runs)}) | {omed / vmed:.2f} |")
     work = Path(args.work_dir)
     for precision, *_, ours in rows:
-        for cache, *_, run_dir in ours:
-            lines += ["", f"## Where the reference engine's time went, {precision}, {cache} cache", "",
+        for variant, *_, run_dir in ours:
+            lines += ["", f"## Where the reference engine's time went, {precision}, {variant}", "",
                       "Its last round's measured window, from its own steps.jsonl; the last column is llmperf's roofline "
                       "bound for those steps (the larger of MBU and MFU, against this machine's probed "
                       "ceilings for the dtype the Linears multiply in) ÷ their time: 1.0 would be at the limit.",
                       "", *time_split(run_dir)]
-            for what, pcmd in profile_commands(args, precision, cache, run_dir).items():
-                profile = profile_file(work, what, precision, cache)
+            for what, pcmd in profile_commands(args, precision, variant, run_dir).items():
+                profile = profile_file(work, what, precision, variant)
                 if profile.is_file():
                     table = [line for line in profile.read_text().strip().splitlines()
                              if not line.startswith(("USDT", "STAGE:"))]

@@ -16,6 +16,7 @@ from engines.reference.attention import AttentionBackend, get_backend
 from engines.reference.config import ModelConfig
 from engines.reference.cpu_layout import optimize_cpu_layout
 from engines.reference.cpu_malloc import apply_cpu_malloc
+from engines.reference.fused_ops import install_fused_ops
 from engines.reference.kv_cache import blocks_for
 from engines.reference.model import LlamaForCausalLM
 from engines.reference.precision import Precision, get_precision, quantize_model, weight_bytes
@@ -58,6 +59,8 @@ def build_rank_model(options: dict[str, Any], rank: int, world: int, device: tor
     elif device.type == "cpu":
         # Opaque packed weights that inductor cannot trace; bf16 widened where the CPU lacks bf16.
         optimize_cpu_layout(model, options.get("cpu_bf16_matmul", "native"))
+        if options.get("fused_ops"):
+            install_fused_ops(model)
     return RankModel(
         model=model,
         config=config,

@@ -28,6 +28,7 @@ from engines.base import (
 from engines.reference.build import build_rank_model, default_num_kv_blocks
 from engines.reference.cpu_layout import WidenedLinear, resolve_bf16_matmul
 from engines.reference.cpu_malloc import apply_cpu_malloc
+from engines.reference.kernels.cpu_ops import build_seconds as cpu_ops_build_seconds
 from engines.reference.kv_cache import KV_CACHES, blocks_for
 from engines.reference.model_runner import ModelRunner
 from engines.reference.offline import OfflineAPI
@@ -162,6 +163,8 @@ class ReferenceEngine(ThreadedEngine, OfflineAPI):
             "matmul_dtype": "float32" if widened else compute_dtype.removeprefix("torch."),
             "rank_weight_bytes": self.rank_weight_bytes,
             "compile_s": self.compile_s,
+            # attention=cpu, fused_ops: seconds building (first use on this CPU) or loading the C++ ops.
+            "cpu_ops_build_s": cpu_ops_build_seconds(),
             **self.options,
         }
 

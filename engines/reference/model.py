@@ -30,6 +30,11 @@ class RMSNorm(nn.Module):
         normed = F.rms_norm(x.float(), self.weight.shape, eps=self.eps)
         return self.weight * normed.to(x.dtype)
 
+    def add_forward(self, x: torch.Tensor, residual: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The residual add, then the norm: (norm(x + residual), x + residual)."""
+        total = x + residual
+        return self(total), total
+
 
 class Attention(nn.Module):
     def __init__(self, cfg: ModelConfig):
@@ -42,6 +47,7 @@ class Attention(nn.Module):
         # q, k and v in one matmul: one read of the input, one larger GEMV.
         self.qkv_proj = nn.Linear(cfg.hidden_size, cfg.q_size + 2 * cfg.kv_size, bias=cfg.attention_bias)
         self.o_proj = nn.Linear(cfg.q_size, cfg.hidden_size, bias=cfg.attention_out_bias)
+        self.rotate = apply_rotary  # engine.fused_ops: one C++ op per tensor (engines.reference.fused_ops)
 
     def forward(
         self,
@@ -57,7 +63,7 @@ class Attention(nn.Module):
         q = q.reshape(num_tokens, self.num_heads, self.head_dim)
         k = k.reshape(num_tokens, self.num_kv_heads, self.head_dim)
         v = v.reshape(num_tokens, self.num_kv_heads, self.head_dim)
-        q, k = apply_rotary(q, k, *rope)
+        q, k = self.rotate(q, k, *rope)
         out = attend(q, k, v, k_cache, v_cache, meta, backend, self.scale)
         return self.o_proj(out.reshape(num_tokens, -1))
 
@@ -83,10 +89,15 @@ class MLP(nn.Module):
         h, i, bias = cfg.hidden_size, cfg.intermediate_size, cfg.mlp_bias
         self.gate_up_proj = nn.Linear(h, 2 * i, bias=bias)  # gate and up stacked
         self.down_proj = nn.Linear(i, h, bias=bias)
+        self.act_mul = silu_and_mul  # engine.fused_ops: one C++ op
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
-        return self.down_proj(F.silu(gate) * up)
+        return self.down_proj(self.act_mul(self.gate_up_proj(x)))
+
+
+def silu_and_mul(gate_up: torch.Tensor) -> torch.Tensor:
+    gate, up = gate_up.chunk(2, dim=-1)
+    return F.silu(gate) * up
 
 
 class DecoderLayer(nn.Module):
@@ -98,8 +109,9 @@ class DecoderLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
 
     def forward(self, x, rope, k_cache, v_cache, meta, backend):
-        x = x + self.self_attn(self.input_layernorm(x), rope, k_cache, v_cache, meta, backend)
-        return x + self.mlp(self.post_attention_layernorm(x))
+        h = self.self_attn(self.input_layernorm(x), rope, k_cache, v_cache, meta, backend)
+        normed, x = self.post_attention_layernorm.add_forward(h, x)
+        return x + self.mlp(normed)
 
 
 class LlamaModel(nn.Module):

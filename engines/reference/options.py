@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from engines.options import EngineConfig
+from llmperf.errors import ConfigError
 from llmperf.options import check_choice, check_positive, option
 
 CPU_BF16_MATMULS = ("auto", "native", "fp32")
@@ -15,7 +16,11 @@ CPU_MALLOCS = ("tuned", "default")
 @dataclass
 class ReferenceEngineConfig(EngineConfig):
     name: str = "reference"
-    attention: str = option("sdpa", "attention backend: eager, sdpa or triton")
+    attention: str = option(
+        "sdpa",
+        "attention backend: eager, sdpa, triton or cpu (decode through a C++ kernel reading the paged"
+        " cache in place, built for this CPU on first use; prefill as sdpa)",
+    )
     precision: str = option("fp32", "fp32, bf16, fp16, int8 or fp8 (weight-only quantized)")
     device: str = option("cpu", "torch device; with tp > 1 on CUDA, rank r runs on cuda:r")
     seed: int = option(0, "seeds the preset's random weights and sampling")
@@ -42,6 +47,11 @@ class ReferenceEngineConfig(EngineConfig):
         " temporaries reuse freed memory instead of page-faulting in fresh pages) or default;"
         " info() reports the one in effect",
     )
+    fused_ops: bool = option(
+        False,
+        "CPU: RMSNorm (with the residual add before it), RoPE and SiLU-and-mul as one C++ op each"
+        " (torch.ops.llmperf, built for this CPU on first use); not with compile",
+    )
     compile: bool = option(
         False, "torch.compile the model's forward (attention stays eager); compile time in info() as compile_s"
     )
@@ -55,3 +65,9 @@ class ReferenceEngineConfig(EngineConfig):
         check_positive(self, "max_wait_ms", "inject_slowdown", allow_none=False, strict=False)
         check_choice("cpu_bf16_matmul", self.cpu_bf16_matmul, CPU_BF16_MATMULS, "CPU bf16 matmul")
         check_choice("cpu_malloc", self.cpu_malloc, CPU_MALLOCS, "CPU allocator setting")
+        if self.fused_ops and self.device != "cpu":
+            raise ConfigError("fused_ops", True, f"runs on CPU only, not device={self.device}")
+        if self.fused_ops and self.compile:
+            raise ConfigError("fused_ops", True, "does not combine with compile=true (inductor cannot trace the C++ ops)")
+        if self.attention == "cpu" and self.device != "cpu":
+            raise ConfigError("attention", "cpu", f"runs on CPU only, not device={self.device}; use sdpa or triton")

@@ -8,6 +8,7 @@ from llmperf.registry import Registry
 BACKENDS: Registry[type[AttentionBackend]] = Registry(
     "attention backend",
     {
+        "cpu": "engines.reference.attention.cpu:CpuAttention",
         "eager": "engines.reference.attention.eager:EagerAttention",
         "sdpa": "engines.reference.attention.sdpa:SdpaAttention",
         "triton": "engines.reference.attention.triton:TritonAttention",

@@ -64,7 +64,7 @@ class AttentionMetadata:
             tables, lens = self.block_tables[index], self.seq_lens_t[index]
             token_index = self.cu_query_lens[index].long()
         mask = torch.arange(max_len, device=device)[None, :] < lens[:, None]
-        return DecodeBatch(tables[:, :num_blocks], max_len, mask, token_index, self._slot_rows(rows, max_len))
+        return DecodeBatch(tables[:, :num_blocks], lens, max_len, mask, token_index, self._slot_rows(rows, max_len))
 
     def _slot_rows(self, rows: list[int], max_len: int) -> SlotRows | None:
         """The decode rows as a run of contiguous-cache slots, when they fill at least half of it."""
@@ -105,6 +105,7 @@ class SlotRows(NamedTuple):
 
 class DecodeBatch(NamedTuple):
     block_tables: torch.Tensor  # [B, blocks of the longest context]
+    seq_lens: torch.Tensor  # int32 [B], each row's context
     max_len: int
     key_mask: torch.Tensor  # bool [B, max_len]
     token_index: torch.Tensor | None  # the rows' queries in the packed queries; None: all of them

@@ -1,0 +1,82 @@
+"""The C++ CPU operators (`kernels/cpu/ops.cpp`: `paged_decode` for `attention=cpu`;
+`rms_norm`, `add_rms_norm`, `rotary` and `silu_mul` for `engine.fused_ops`), built on first
+use with torch's extension builder and loaded into the process as `torch.ops.llmperf.*`.
+
+The build needs a C++ compiler and ninja (`pip install ninja` brings the latter). It
+compiles for this CPU (`-march=native`: AVX-512 registers where the CPU has them), so the
+build folder is keyed by the source, torch's version and the CPU's flags: a home folder
+shared between machines never loads a build made for another CPU. The first build takes
+20-30 s on two cores; later processes load it in well under a second.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import time
+from pathlib import Path
+
+import torch
+
+SOURCE = Path(__file__).with_name("cpu") / "ops.cpp"
+MARCH_ENV = "LLMPERF_CPU_MARCH"  # -march for the build; native unless set (tests build x86-64-v3: no AVX-512)
+
+
+class KernelBuildError(ImportError):
+    """The C++ kernel could not be built or loaded (no compiler, no ninja, a compile error); an
+    ImportError, so a run reports it as the engine not being available here, in one line."""
+
+
+@functools.cache
+def cpu_ops():
+    """`torch.ops.llmperf` with the operators built or loaded, and the seconds that took."""
+    from torch.utils.cpp_extension import load
+
+    name = f"llmperf_cpu_ops_{_build_key()}"
+    build_dir = _cache_root() / name
+    build_dir.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    try:
+        load(name, [str(SOURCE)], extra_cflags=cflags(), extra_ldflags=["-fopenmp"],
+             build_directory=str(build_dir), is_python_module=False, verbose=False)
+    except Exception as exc:  # a missing compiler or ninja surfaces as several exception types
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise KernelBuildError(
+            f"the C++ CPU operators (attention=cpu, engine.fused_ops) could not be built ({first}); "
+            "they need a C++ compiler and ninja (pip install ninja)"
+        ) from exc
+    return torch.ops.llmperf, time.perf_counter() - start
+
+
+def cflags() -> list[str]:
+    march = os.environ.get(MARCH_ENV) or "native"
+    return ["-O3", f"-march={march}", "-ffast-math", "-fopenmp"]  # -fopenmp: at::parallel_for's threads
+
+
+def build_seconds() -> float | None:
+    """Seconds this process spent building or loading the operators; None if it has not."""
+    return cpu_ops()[1] if cpu_ops.cache_info().currsize else None
+
+
+def _build_key() -> str:
+    digest = hashlib.sha256(SOURCE.read_bytes())
+    digest.update(torch.__version__.encode())
+    digest.update(" ".join(cflags()).encode())
+    digest.update(_cpu_flags().encode())
+    return digest.hexdigest()[:16]
+
+
+def _cpu_flags() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags") and ":" in line:
+                return " ".join(sorted(line.split(":", 1)[1].split()))
+    except OSError:
+        pass
+    return os.uname().machine
+
+
+def _cache_root() -> Path:
+    # llmperf's cache folder (llmperf.hardware.probe.cache_dir, which imports this package).
+    return Path(os.environ.get("LLMPERF_CACHE_DIR") or Path.home() / ".cache" / "llmperf") / "kernels"

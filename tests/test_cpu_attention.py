@@ -1,0 +1,144 @@
+"""`attention=cpu`: the C++ decode kernel that reads the paged KV cache in place, against
+eager attention (an independent spelling-out in matmuls), through the engine against sdpa,
+and its failure modes (a device it cannot run on, a kernel that cannot be built)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from engines.reference import ReferenceEngine
+from engines.reference.attention import get_backend
+from engines.reference.kernels import cpu_ops
+from llmperf.errors import ConfigError
+from tests.test_decode_attention import paged_step
+
+ROOT = Path(__file__).resolve().parents[1]
+RAGGED = [([1] * 5, [1, 17, 160, 33, 64]), ([1, 12, 1, 1], [40, 12, 3, 129])]
+TOLERANCE = {torch.float32: 2e-6, torch.bfloat16: 2e-2, torch.float16: 2e-3}
+
+
+@pytest.fixture(scope="module")
+def cpu_backend():
+    return get_backend("cpu")
+
+
+@pytest.mark.parametrize("heads", [(14, 2), (9, 3), (4, 4)], ids=["gqa7", "gqa3", "mha"])
+@pytest.mark.parametrize("head_dim", [64, 128, 48], ids=["d64", "d128", "d48-runtime-width"])
+@pytest.mark.parametrize("query_lens,seq_lens", RAGGED, ids=["decode-only", "mixed"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
+def test_cpu_decode_matches_eager_on_ragged_paged_contexts(cpu_backend, heads, head_dim, query_lens, seq_lens, dtype):
+    q, k_cache, v_cache, meta = paged_step(query_lens, seq_lens, *heads, dtype, head_dim=head_dim)
+    scale = head_dim**-0.5
+    before = cpu_backend.kernel_rows
+    got = cpu_backend(q, k_cache, v_cache, meta, scale)
+    want = get_backend("eager")(q, k_cache, v_cache, meta, scale)
+    assert got.shape == want.shape and got.dtype == dtype
+    torch.testing.assert_close(got.float(), want.float(), atol=TOLERANCE[dtype], rtol=0)
+    # Decode rows went through the kernel (a lone decode row of a mixed step goes to sdpa with the prefill).
+    decode_rows = sum(n == 1 for n in query_lens)
+    assert cpu_backend.kernel_rows - before == (decode_rows if decode_rows > 1 or len(query_lens) == 1 else 0)
+
+
+def test_a_head_dim_the_kernel_does_not_take_decodes_through_sdpa(cpu_backend):
+    q, k_cache, v_cache, meta = paged_step([1] * 3, [5, 40, 17], 4, 2, torch.float32, head_dim=40)
+    before = cpu_backend.kernel_rows
+    got = cpu_backend(q, k_cache, v_cache, meta, 40**-0.5)
+    want = get_backend("eager")(q, k_cache, v_cache, meta, 40**-0.5)
+    torch.testing.assert_close(got, want, atol=2e-6, rtol=0)
+    assert cpu_backend.kernel_rows == before
+
+
+@pytest.mark.parametrize("kv_cache", ["paged", "contiguous"])
+def test_engine_generates_sdpas_greedy_tokens_with_the_cpu_kernel(kv_cache):
+    prompts = [[3 + (i * 7 + j) % 200 for j in range(5 + 23 * i)] for i in range(4)]
+    kw = dict(model="tiny", precision="fp32", max_num_seqs=4, max_model_len=160, kv_cache=kv_cache)
+    want = [o.token_ids for o in ReferenceEngine(**kw).generate(prompts, max_tokens=24, ignore_eos=True)]
+    eng = ReferenceEngine(**kw, attention="cpu")
+    got = [o.token_ids for o in eng.generate(prompts, max_tokens=24, ignore_eos=True)]
+    assert got == want
+    assert eng.backend.kernel_rows > 0
+    assert eng.info()["cpu_ops_build_s"] >= 0
+
+
+def test_attention_cpu_on_another_device_is_one_config_error():
+    from engines.reference.options import ReferenceEngineConfig
+
+    with pytest.raises(ConfigError, match="attention='cpu': runs on CPU only, not device=cuda"):
+        ReferenceEngineConfig(attention="cpu", device="cuda")
+
+
+def test_a_kernel_that_cannot_build_says_what_is_missing(monkeypatch, tmp_path):
+    def no_compiler(*args, **kwargs):
+        raise RuntimeError("Ninja is required to load C++ extensions\nmore detail")
+
+    monkeypatch.setattr("torch.utils.cpp_extension.load", no_compiler)
+    monkeypatch.setenv("LLMPERF_CACHE_DIR", str(tmp_path))
+    with pytest.raises(ImportError, match=r"C\+\+ CPU operators .* could not be built \(Ninja is required"):
+        cpu_ops.cpu_ops.__wrapped__()
+
+
+def test_the_build_is_keyed_by_the_cpu_it_was_built_for(monkeypatch):
+    native = cpu_ops._build_key()
+    monkeypatch.setenv(cpu_ops.MARCH_ENV, "x86-64-v3")
+    assert cpu_ops._build_key() != native
+    assert "-march=x86-64-v3" in cpu_ops.cflags()
+
+
+PORTABLE_CHECK = """
+import json, sys, torch
+from engines.reference.attention import get_backend
+from tests.test_decode_attention import paged_step
+errors = []
+lens = torch.randint(1, 200, (40,), generator=torch.Generator().manual_seed(0)).tolist()
+for dtype in (torch.float32, torch.bfloat16):
+    for head_dim in (64, 48):
+        # 40 rows: a sequence a job (at most 10 threads), as well as (sequence, kv head) jobs below
+        q, k, v, meta = paged_step([1] * 40, lens, 9, 3, dtype, head_dim=head_dim)
+        got = get_backend("cpu")(q, k, v, meta, head_dim ** -0.5)
+        want = get_backend("eager")(q, k, v, meta, head_dim ** -0.5)
+        errors.append((got.float() - want.float()).abs().max().item())
+        q, k, v, meta = paged_step([1] * 5, [1, 17, 160, 33, 64], 9, 3, dtype, head_dim=head_dim)
+        got = get_backend("cpu")(q, k, v, meta, head_dim ** -0.5)
+        want = get_backend("eager")(q, k, v, meta, head_dim ** -0.5)
+        errors.append((got.float() - want.float()).abs().max().item())
+print(json.dumps(errors))
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux") or os.uname().machine != "x86_64", reason="x86-64 only")
+def test_the_portable_build_without_avx512_matches_eager(tmp_path):
+    """The kernel's other half: plain 16-float arrays where the CPU has no AVX-512. Built for
+    x86-64-v3 (AVX2) in a child process: one process holds one build of the operator."""
+    env = {**os.environ, cpu_ops.MARCH_ENV: "x86-64-v3", "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-c", PORTABLE_CHECK], env=env, cwd=ROOT, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    errors = json.loads(done.stdout.strip().splitlines()[-1])
+    assert len(errors) == 8
+    assert max(errors[:4]) < 2e-6  # fp32
+    assert max(errors[4:]) < 2e-2  # bf16
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("heads", [(14, 2), (9, 3)], ids=["gqa7", "gqa3"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_many_rows_go_a_sequence_a_job_and_still_match_eager(cpu_backend, threads, heads, dtype):
+    """With at least 4 rows a thread, a job is a whole sequence (every kv head of each cached
+    position read in one pass) instead of one (sequence, kv head) pair."""
+    lens = torch.randint(1, 200, (48,), generator=torch.Generator().manual_seed(threads)).tolist()
+    q, k_cache, v_cache, meta = paged_step([1] * 48, lens, *heads, dtype)
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        got = cpu_backend(q, k_cache, v_cache, meta, 64**-0.5)
+    finally:
+        torch.set_num_threads(before)
+    want = get_backend("eager")(q, k_cache, v_cache, meta, 64**-0.5)
+    torch.testing.assert_close(got.float(), want.float(), atol=TOLERANCE[dtype], rtol=0)
