@@ -243,9 +243,9 @@ void rms_norm_rows(const T* x, int64_t x_stride, const T* sum_in, int64_t sum_st
         T* s = sum_out + r * n;
 #pragma omp simd
         for (int64_t i = 0; i < n; ++i) {
-          const T total = st<T>(ld(xr[i]) + ld(a[i]));
-          s[i] = total;
-          v[i] = ld(total);
+          const float total = rt<T>(ld(xr[i]) + ld(a[i]));
+          s[i] = st<T>(total);
+          v[i] = total;
         }
       } else {
 #pragma omp simd
