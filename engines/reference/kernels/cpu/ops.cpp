@@ -152,25 +152,32 @@ void decode(const T* q, const T* k_cache, const T* v_cache, const int32_t* table
       const int64_t num_blocks = (len + block_size - 1) / block_size;
       const int32_t* table = tables + b * table_stride;
       const T* qb = q + (b * num_heads + h0 * group) * head_dim;  // the job's query heads, in a row
-      for (int64_t i = 0; i < job_heads * chunks; ++i) qv[i] = vmul(vload(qb + i * kLanes), vset(scale));
-      // Scores: each cached key read once, dotted with every query head of its kv head's group.
-      for (int64_t blk = 0; blk < num_blocks; ++blk) {
-        const T* kb = k_cache + table[blk] * block_stride + h0 * head_dim;
-        const int64_t n = std::min(block_size, len - blk * block_size);
-        for (int64_t t = 0; t < n; ++t) {
-          for (int64_t h = 0; h < heads_per_job; ++h) {
-            const T* k = kb + t * row_stride + h * head_dim;
-            Vec kv[kMaxChunks];
-            for (int c = 0; c < chunks; ++c) kv[c] = vload(k + c * kLanes);
-            for (int64_t g = 0; g < group; ++g) {
-              const Vec* qg = qv.data() + (h * group + g) * chunks;
-              Vec dot = vmul(qg[0], kv[0]);
-              for (int c = 1; c < chunks; ++c) dot = vfma(qg[c], kv[c], dot);
-              scores[(h * group + g) * max_len + blk * block_size + t] = vsum(dot);
+      // f(position, kv head within the job, its row as vectors) for each cached position, in
+      // order through the blocks, every kv head of the job in turn.
+      auto each_position = [&](const T* cache, auto&& f) {
+        for (int64_t blk = 0; blk < num_blocks; ++blk) {
+          const T* base = cache + table[blk] * block_stride + h0 * head_dim;
+          const int64_t n = std::min(block_size, len - blk * block_size);
+          for (int64_t t = 0; t < n; ++t) {
+            for (int64_t h = 0; h < heads_per_job; ++h) {
+              const T* row = base + t * row_stride + h * head_dim;
+              Vec vecs[kMaxChunks];
+              for (int c = 0; c < chunks; ++c) vecs[c] = vload(row + c * kLanes);
+              f(blk * block_size + t, h, vecs);
             }
           }
         }
-      }
+      };
+      for (int64_t i = 0; i < job_heads * chunks; ++i) qv[i] = vmul(vload(qb + i * kLanes), vset(scale));
+      // Scores: each cached key read once, dotted with every query head of its kv head's group.
+      each_position(k_cache, [&](int64_t t, int64_t h, const Vec* kv) {
+        for (int64_t g = 0; g < group; ++g) {
+          const Vec* qg = qv.data() + (h * group + g) * chunks;
+          Vec dot = vmul(qg[0], kv[0]);
+          for (int c = 1; c < chunks; ++c) dot = vfma(qg[c], kv[c], dot);
+          scores[(h * group + g) * max_len + t] = vsum(dot);
+        }
+      });
       // Softmax numerators per query head; the sums normalize the output at the end.
       float totals[kMaxJobHeads];
       for (int64_t j = 0; j < job_heads; ++j) {
@@ -187,22 +194,13 @@ void decode(const T* q, const T* k_cache, const T* v_cache, const int32_t* table
       }
       // The values weighted by those numerators, each cached value read once.
       for (auto& a : acc) a = vzero();
-      for (int64_t blk = 0; blk < num_blocks; ++blk) {
-        const T* vb = v_cache + table[blk] * block_stride + h0 * head_dim;
-        const int64_t n = std::min(block_size, len - blk * block_size);
-        for (int64_t t = 0; t < n; ++t) {
-          for (int64_t h = 0; h < heads_per_job; ++h) {
-            const T* v = vb + t * row_stride + h * head_dim;
-            Vec vv[kMaxChunks];
-            for (int c = 0; c < chunks; ++c) vv[c] = vload(v + c * kLanes);
-            for (int64_t g = 0; g < group; ++g) {
-              const Vec p = vset(scores[(h * group + g) * max_len + blk * block_size + t]);
-              Vec* a = acc.data() + (h * group + g) * chunks;
-              for (int c = 0; c < chunks; ++c) a[c] = vfma(p, vv[c], a[c]);
-            }
-          }
+      each_position(v_cache, [&](int64_t t, int64_t h, const Vec* vv) {
+        for (int64_t g = 0; g < group; ++g) {
+          const Vec p = vset(scores[(h * group + g) * max_len + t]);
+          Vec* a = acc.data() + (h * group + g) * chunks;
+          for (int c = 0; c < chunks; ++c) a[c] = vfma(p, vv[c], a[c]);
         }
-      }
+      });
       for (int64_t j = 0; j < job_heads; ++j) {
         const Vec inv = vset(1.f / totals[j]);
         T* o = out + (b * num_heads + h0 * group + j) * head_dim;
