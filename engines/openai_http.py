@@ -35,7 +35,7 @@ import json
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -43,13 +43,12 @@ import httpx
 
 from engines.base import EngineCapabilities, EventChannel, Request, TokenEvent, Tokenizer
 from engines.openai_options import OpenAIEngineConfig
+from engines.openai_stream import ServerError, StreamState, error_message
 from engines.reference.tokenizer import BYTE_OFFSET, ByteTokenizer, HFTokenizer
 from engines.served_model import served_model
 
-UNKNOWN_TOKEN_ID = -1  # a chunk whose text is empty: a token arrived, its id is not known
 ENDPOINT_PATHS = {"completions": "completions", "chat": "chat/completions", "embeddings": "embeddings"}
 STOP_TIMEOUT_S = 10.0
-MAX_ERROR_CHARS = 500
 
 
 class OpenAIEngine:
@@ -185,7 +184,7 @@ class OpenAIEngine:
         """One request, start to finish; always delivers a final event (unless the caller left)."""
         task = asyncio.current_task()
         self._tasks.add(task)
-        state = _StreamState(request)
+        state = StreamState(request)
         try:
             await asyncio.wait_for(self._post(request, state, deliver), self.request_timeout_s)
             final = self._final_event(request, state)
@@ -213,7 +212,7 @@ class OpenAIEngine:
         deliver(replace(final, pool_wait_s=state.pool_wait_s, response=self.response_kind))
 
     async def _post(
-        self, request: Request, state: _StreamState, deliver: Callable[[TokenEvent], None]
+        self, request: Request, state: StreamState, deliver: Callable[[TokenEvent], None]
     ) -> None:
         headers = {"X-Request-Id": request.id}
         sent_s = time.perf_counter()
@@ -298,7 +297,7 @@ class OpenAIEngine:
             return request.prompt_text
         return self.tokenizer.decode(list(request.prompt_token_ids))
 
-    def _final_event(self, request: Request, state: _StreamState) -> TokenEvent:
+    def _final_event(self, request: Request, state: StreamState) -> TokenEvent:
         now = time.perf_counter()
         if state.finish_reason is None and not state.done:
             return state.end(now, "error", "the server closed the stream before it finished")
@@ -330,115 +329,6 @@ class OpenAIEngine:
     def local_count_source(self) -> str:
         """How this client counts tokens the server did not: a tokenizer.json, else bytes."""
         return "bytes" if isinstance(self.tokenizer, ByteTokenizer) else "tokenizer"
-
-
-class ServerError(Exception):
-    """The server answered with an error status or an error event."""
-
-
-@dataclass
-class _StreamState:
-    """What one response has said so far."""
-
-    request: Request
-    texts: list[str] = field(default_factory=list)
-    finish_reason: str | None = None
-    usage: dict[str, int] | None = None
-    done: bool = False
-    pool_wait_s: float | None = None  # handed to httpx until it started on a connection
-
-    def on_chunk(self, chunk: dict[str, Any], now: float, tokenizer: Tokenizer) -> list[TokenEvent]:
-        if "error" in chunk:
-            raise ServerError(f"error event: {error_message(json.dumps(chunk))}")
-        if chunk.get("usage"):
-            self.usage = chunk["usage"]
-        events = []
-        for choice in chunk.get("choices") or ():
-            index = choice.get("index") or 0
-            text = choice_text(choice)
-            self.finish_reason = choice.get("finish_reason") or self.finish_reason
-            thought = reasoning_text(choice)
-            if thought:
-                self.texts.append(thought)
-                ids = tuple(tokenizer.encode(thought)) or (UNKNOWN_TOKEN_ID,)
-                events.append(TokenEvent(self.request.id, ids, now, text=thought, received_s=now,
-                                         reasoning=True, choice=index))
-            if text is None:
-                continue
-            self.texts.append(text)
-            ids = tuple(tokenizer.encode(text)) if text else ()
-            events.append(TokenEvent(self.request.id, ids or (UNKNOWN_TOKEN_ID,), now, text=text,
-                                     received_s=now, choice=index))
-        return events
-
-    def on_whole(self, body: dict[str, Any], endpoint: str, now: float) -> None:
-        """A whole response: its choices' text (or its embedding) and usage."""
-        if "error" in body:
-            raise ServerError(f"error body: {error_message(json.dumps(body))}")
-        self.usage = body.get("usage") or None
-        self.done = True
-        if endpoint == "embeddings":
-            data = body.get("data") or []
-            if not data or not isinstance(data[0].get("embedding"), list):
-                raise ServerError("the response holds no embedding")
-            return
-        for choice in body.get("choices") or ():
-            message = choice.get("message") or {}
-            text = choice.get("text") if "text" in choice else message.get("content")
-            self.texts.append((message.get("reasoning_content") or "") + (text or ""))
-            self.finish_reason = choice.get("finish_reason") or self.finish_reason
-
-    def end(self, now: float, reason: str, error: str | None) -> TokenEvent:
-        """The final event of a response cut short: each chunk received counts as one token."""
-        return TokenEvent(
-            self.request.id,
-            (),
-            now,
-            finished=True,
-            finish_reason=reason,
-            error=error,
-            num_output_tokens=len(self.texts),
-            received_s=now,
-        )
-
-
-def choice_text(choice: dict[str, Any]) -> str | None:
-    """The text a choice adds, or None when it carries no token (chat's role announcement)."""
-    if "delta" not in choice:
-        text = choice.get("text")
-        return None if text is None else text
-    delta = choice["delta"] or {}
-    content = delta.get("content") or ""
-    if not content and delta.get("role") and choice.get("finish_reason") is None:
-        return None
-    if not content and reasoning_text(choice):
-        return None  # a reasoning delta: counted by reasoning_text
-    if "content" not in delta and choice.get("finish_reason") is not None:
-        return None  # an end marker with an empty delta
-    return content
-
-
-def reasoning_text(choice: dict[str, Any]) -> str:
-    """The reasoning a chat delta adds: vLLM's and DeepSeek's `reasoning_content`, or the
-    `reasoning` field of newer servers; empty when none."""
-    delta = choice.get("delta") or {}
-    return delta.get("reasoning_content") or delta.get("reasoning") or ""
-
-
-def error_message(raw: bytes | str) -> str:
-    """The message of an error body in the shapes servers use (OpenAI, vLLM, TGI, FastAPI)."""
-    text = raw.decode("utf-8", errors="replace") if isinstance(raw, bytes) else raw
-    try:
-        body = json.loads(text)
-    except ValueError:
-        return text.strip()[:MAX_ERROR_CHARS]
-    if isinstance(body, dict):
-        err = body.get("error", body)
-        if isinstance(err, dict):
-            err = err.get("message") or err.get("detail") or err
-        message = err if isinstance(err, str) else body.get("message") or body.get("detail") or body
-        return str(message)[:MAX_ERROR_CHARS]
-    return text.strip()[:MAX_ERROR_CHARS]
 
 
 def load_client_tokenizer(path: str | None) -> Tokenizer:

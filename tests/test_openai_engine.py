@@ -22,14 +22,9 @@ from starlette.responses import JSONResponse, StreamingResponse
 from starlette.routing import Route
 
 from engines.base import Request, SamplingParams
-from engines.openai_http import (
-    UNKNOWN_TOKEN_ID,
-    OpenAIEngine,
-    choice_text,
-    error_message,
-    load_client_tokenizer,
-)
+from engines.openai_http import OpenAIEngine, load_client_tokenizer
 from engines.openai_options import OpenAIEngineConfig
+from engines.openai_stream import UNKNOWN_TOKEN_ID, choice_text, error_message
 from engines.registry import build_engine
 from llmperf.measure.loadgen import LoadGenerator
 from llmperf.run.config import ModelSelection

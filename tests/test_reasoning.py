@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from engines.base import Request
-from engines.openai_http import _StreamState
+from engines.openai_stream import StreamState
 from engines.synthetic import ByteTokenizer, SyntheticEngine
 from llmperf.measure.loadgen import LoadGenerator
 from llmperf.measure.metrics import compute_metrics
@@ -61,7 +61,7 @@ def chat_chunk(**delta):
 
 @pytest.mark.parametrize("field", ["reasoning_content", "reasoning"])
 def test_openai_reasoning_deltas_are_events_marked_as_reasoning(field):
-    state = _StreamState(Request(id="r", max_tokens=8, prompt_token_ids=[1]))
+    state = StreamState(Request(id="r", max_tokens=8, prompt_token_ids=[1]))
     tok = ByteTokenizer()
     events = []
     for i, chunk in enumerate([
