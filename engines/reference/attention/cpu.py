@@ -3,9 +3,9 @@
 sdpa's decode path copies every row's cached K and V into a padded batch each layer of
 each step, then runs CPU SDPA's flash kernel, which is built for long query tiles and runs
 one query a row slowly. This backend hands the rows' block tables to
-`kernels/cpu/ops.cpp` instead: per (row, kv head) it reads the row's own
-positions straight from their blocks (no copy, no padding), in fp32 with 16-float vectors
-(AVX-512 where the CPU has it). Prefill rows, whole or chunked, go to SDPA as in
+`kernels/cpu/ops.cpp` instead: a job per row (per row and kv head when rows are fewer than
+four a thread) reads the row's own positions straight from their blocks (no copy, no
+padding), in fp32 with 16-float vectors (AVX-512 where the CPU has it). Prefill rows, whole or chunked, go to SDPA as in
 `attention=sdpa`: they are long query tiles, which SDPA runs well.
 
 The kernel is compiled for this CPU the first time a process builds the backend
