@@ -100,13 +100,18 @@ def _scratch(numel: int) -> torch.Tensor:
 def has_bf16_arithmetic() -> bool:
     """Whether this CPU multiplies bf16 natively (AVX512_BF16 or AMX). True where it cannot be
     told (no /proc/cpuinfo, no x86 `flags` line): only a CPU known to lack it changes path."""
+    flags = cpu_flags()
+    return flags is None or any(flag in flags for flag in BF16_CPU_FLAGS)
+
+
+def cpu_flags() -> list[str] | None:
+    """The CPU's feature flags (/proc/cpuinfo's x86 `flags` line); None where there is none."""
     try:
         text = Path("/proc/cpuinfo").read_text()
     except OSError:
-        return True
-    flags = next((line.split(":", 1)[1].split() for line in text.splitlines()
-                  if line.startswith("flags") and ":" in line), None)
-    return flags is None or any(flag in flags for flag in BF16_CPU_FLAGS)
+        return None
+    return next((line.split(":", 1)[1].split() for line in text.splitlines()
+                 if line.startswith("flags") and ":" in line), None)
 
 
 def resolve_bf16_matmul(choice: str) -> str:

@@ -19,6 +19,8 @@ from pathlib import Path
 
 import torch
 
+from engines.reference.cpu_layout import cpu_flags
+
 SOURCE = Path(__file__).with_name("cpu") / "ops.cpp"
 MARCH_ENV = "LLMPERF_CPU_MARCH"  # -march for the build; native unless set (tests build x86-64-v3: no AVX-512)
 
@@ -63,18 +65,8 @@ def _build_key() -> str:
     digest = hashlib.sha256(SOURCE.read_bytes())
     digest.update(torch.__version__.encode())
     digest.update(" ".join(cflags()).encode())
-    digest.update(_cpu_flags().encode())
+    digest.update(" ".join(sorted(cpu_flags() or [os.uname().machine])).encode())
     return digest.hexdigest()[:16]
-
-
-def _cpu_flags() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("flags") and ":" in line:
-                return " ".join(sorted(line.split(":", 1)[1].split()))
-    except OSError:
-        pass
-    return os.uname().machine
 
 
 def _cache_root() -> Path:
