@@ -30,6 +30,7 @@ from typing import Any
 import torch
 
 from engines.reference.cpu_layout import has_bf16_arithmetic
+from llmperf.paths import cache_dir
 
 CACHE_FILE = "probe.json"
 PROBE_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
@@ -62,10 +63,6 @@ class ProbeResult:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-def cache_dir() -> Path:
-    return Path(os.environ.get("LLMPERF_CACHE_DIR") or Path.home() / ".cache" / "llmperf")
 
 
 def cpu_model_name() -> str:

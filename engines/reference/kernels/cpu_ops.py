@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 
 from engines.reference.cpu_layout import cpu_flags
+from llmperf.paths import cache_dir
 
 SOURCE = Path(__file__).with_name("cpu") / "ops.cpp"
 MARCH_ENV = "LLMPERF_CPU_MARCH"  # -march for the build; native unless set (tests build x86-64-v3: no AVX-512)
@@ -36,7 +37,7 @@ def cpu_ops():
     from torch.utils.cpp_extension import load
 
     name = f"llmperf_cpu_ops_{_build_key()}"
-    build_dir = _cache_root() / name
+    build_dir = cache_dir() / "kernels" / name
     build_dir.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     try:
@@ -69,6 +70,3 @@ def _build_key() -> str:
     return digest.hexdigest()[:16]
 
 
-def _cache_root() -> Path:
-    # llmperf's cache folder (llmperf.hardware.probe.cache_dir, which imports this package).
-    return Path(os.environ.get("LLMPERF_CACHE_DIR") or Path.home() / ".cache" / "llmperf") / "kernels"
