@@ -10,7 +10,6 @@ one process.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol, runtime_checkable
@@ -175,32 +174,6 @@ def local_model_info(engine: Any, compute_dtype: str, kv_bytes_per_element: int)
         "compute_dtype": compute_dtype.removeprefix("torch."),
         "kv_bytes_per_token": config.kv_bytes_per_token(kv_bytes_per_element),
     }
-
-
-class EventChannel:
-    """A request's events, from the engine's own thread to the caller's asyncio loop, in order.
-
-    Made inside the caller's loop; `deliver` may be called from any thread (events that
-    arrive after the caller's loop closed are dropped).
-    """
-
-    def __init__(self) -> None:
-        self._loop = asyncio.get_running_loop()
-        self._queue: asyncio.Queue[TokenEvent] = asyncio.Queue()
-
-    def deliver(self, event: TokenEvent) -> None:
-        try:  # no is_closed() check first: the loop may close between it and the call
-            self._loop.call_soon_threadsafe(self._queue.put_nowait, event)
-        except RuntimeError:  # the caller's loop has closed: nobody listens any more
-            pass
-
-    async def events(self) -> AsyncIterator[TokenEvent]:
-        """Every event up to and including the final one."""
-        while True:
-            event = await self._queue.get()
-            yield event
-            if event.finished:
-                return
 
 
 @dataclass(frozen=True)

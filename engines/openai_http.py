@@ -41,9 +41,10 @@ from typing import Any
 
 import httpx
 
-from engines.base import EngineCapabilities, EventChannel, Request, TokenEvent, Tokenizer
+from engines.base import EngineCapabilities, Request, TokenEvent, Tokenizer
+from engines.channel import EventChannel, EventMailbox
 from engines.openai_options import OpenAIEngineConfig
-from engines.openai_stream import ServerError, StreamState, error_message
+from engines.openai_stream import ChunkIds, ServerError, StreamState, error_message
 from engines.reference.tokenizer import BYTE_OFFSET, ByteTokenizer, HFTokenizer
 from engines.served_model import served_model
 
@@ -86,6 +87,9 @@ class OpenAIEngine:
         self._thread: threading.Thread | None = None
         self._http: httpx.AsyncClient | None = None
         self._tasks: set[asyncio.Task] = set()
+        # Every stream's events, to the caller's loop a few times a second (engines/channel.py)
+        self._mailbox: EventMailbox | None = None
+        self._chunk_ids = ChunkIds(self.tokenizer)
 
     # -- Engine protocol ---------------------------------------------------------------
 
@@ -114,7 +118,10 @@ class OpenAIEngine:
 
     async def stream(self, request: Request) -> AsyncIterator[TokenEvent]:
         self.start()
-        channel = EventChannel()
+        loop = asyncio.get_running_loop()
+        if self._mailbox is None or self._mailbox.loop is not loop:
+            self._mailbox = EventMailbox(loop)
+        channel = EventChannel(self._mailbox)
         future = asyncio.run_coroutine_threadsafe(
             self._exchange(request, channel.deliver), self._loop
         )
@@ -242,7 +249,7 @@ class OpenAIEngine:
                 if data == "[DONE]":
                     state.done = True  # read on to the end of the body, so the connection is reused
                     continue
-                for event in state.on_chunk(json.loads(data), now, self.tokenizer):
+                for event in state.on_chunk(json.loads(data), now, self._chunk_ids):
                     deliver(event)
 
     @property

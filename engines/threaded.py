@@ -17,7 +17,8 @@ from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-from engines.base import EventChannel, Request, StepStat, TokenEvent
+from engines.base import Request, StepStat, TokenEvent
+from engines.channel import EventChannel
 from engines.openmp import release_openmp_pool
 
 

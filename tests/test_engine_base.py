@@ -6,7 +6,8 @@ import asyncio
 
 import pytest
 
-from engines.base import EventChannel, Request, TokenEvent, request_error, resolve_max_model_len
+from engines.base import Request, TokenEvent, request_error, resolve_max_model_len
+from engines.channel import EventChannel
 from engines.synthetic import ByteTokenizer, SyntheticEngine
 
 

@@ -24,7 +24,7 @@ from starlette.routing import Route
 from engines.base import Request, SamplingParams
 from engines.openai_http import OpenAIEngine, load_client_tokenizer
 from engines.openai_options import OpenAIEngineConfig
-from engines.openai_stream import UNKNOWN_TOKEN_ID, choice_text, error_message
+from engines.openai_stream import UNKNOWN_TOKEN_ID, ChunkIds, choice_text, error_message
 from engines.registry import build_engine
 from llmperf.measure.loadgen import LoadGenerator
 from llmperf.run.config import ModelSelection
@@ -379,6 +379,23 @@ def test_chunk_text_rules():
         == "Hi"
     )
     assert choice_text({"delta": {}, "finish_reason": "stop"}) is None  # the end marker
+
+
+def test_chunk_ids_are_the_tokenizers_ids_remembered_up_to_a_bound():
+    class Counting:
+        def __init__(self):
+            self.calls = 0
+
+        def encode(self, text):
+            self.calls += 1
+            return [ord(c) for c in text]
+
+    tok = Counting()
+    ids = ChunkIds(tok, max_entries=2)
+    texts = [" the", " cat", " the", " the", " sat", " sat", " cat"]
+    assert [ids.encode(t) for t in texts] == [tuple(ord(c) for c in t) for t in texts]
+    # " the" and " cat" are remembered; " sat" comes after the bound, so each time from the tokenizer
+    assert tok.calls == 4
 
 
 def test_client_tokenizer_takes_its_vocab_size_from_the_file_and_eos_from_config(tmp_path):
