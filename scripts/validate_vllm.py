@@ -37,6 +37,7 @@ import contextlib
 import fcntl
 import json
 import os
+import re
 import shlex
 import signal
 import socket
@@ -145,6 +146,9 @@ def render_work_dir(args, work: Path) -> int:
     port = server.get("port", "PORT")
     base_url = f"http://127.0.0.1:{port}"
     results = []
+    # every round the work dir holds, whatever --pairs says now
+    rounds = [re.match(r"(?:llmperf|vllm|aiperf)-(?:poisson|closed)-(\d+)-", p.name) for p in work.iterdir()]
+    args.pairs = max([args.pairs] + [int(m[1]) + 1 for m in rounds if m])  # the page says how many
     for point in ("poisson", "closed"):
         for pair in range(args.pairs):
             tag = f"{point}-{pair}"
