@@ -71,6 +71,7 @@ def test_the_table_names_the_six_layers_top_down():
         "llmperf/errors.py",
         "llmperf/registry.py",
         "llmperf/options.py",
+        "llmperf/paths.py",
         "llmperf/run/config.py",
     ]
 
