@@ -331,3 +331,29 @@ def test_the_probe_is_timed_beside_each_scrape_and_kept_out_of_the_scrapes(tmp_p
     assert len(trips) == 1 and trips[0].metric == "GET x/v1/models"
     # The CSV's round trips do not disturb the window's figures.
     assert window_summary(rows, 0.0, 1e12) == window_summary(scraper.rows, 0.0, 1e12)
+
+
+def test_the_opening_scrape_is_taken_on_the_callers_thread_and_opens_the_window():
+    """scrape_now, between the warmup and the first measured request, opens the window even
+    though it comes before the measured phase's start: the tokens the measured requests
+    generate before the next periodic scrape are counted (a scrape only woken then missed
+    17 of 768 on a CI machine)."""
+    served = iter(vllm_text(gen=g) for g in (100, 130, 200, 260))
+    scraper = MetricsScraper("x", interval_s=60.0, fetch=lambda url, timeout_s: next(served))
+    assert scraper.start() is None  # gen 100: before the warmup
+    scraper.scrape_now()  # gen 130: the warmup's 30 tokens are in it
+    opening = scraper.opening_s
+    assert opening is not None and len({r.t_s for r in scraper.rows}) == 2
+    start = time.perf_counter()  # the measured phase starts after the opening scrape
+    time.sleep(0.01)
+    scraper.scrape_soon()  # gen 200: a periodic scrape, the measured requests well under way
+    deadline = time.monotonic() + 5
+    while len({r.t_s for r in scraper.rows}) < 3:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    scraper.stop()  # gen 260: the last
+    scraper.rebase(start)
+    assert scraper.opening_s == pytest.approx(opening - start) and scraper.opening_s < 0
+    s = window_summary(scraper.rows, 0.0, 0.005, scraper.opening_s)
+    assert s["server_output_tokens"] == 260 - 130
+    assert window_summary(scraper.rows, 0.0, 0.005)["server_output_tokens"] == 260 - 200  # without it

@@ -82,8 +82,8 @@ class LoadGenerator:
         self.saturation: Saturation | None = None
         self._measure_start_s: float | None = None
         self._loop_lag_s: list[float] = []
-        # Called once warmup has ended, before the first measured request: a server scrape
-        # taken now separates the warmup's counts from the measured ones.
+        # Called once warmup has ended, before the measured phase starts: a server scrape
+        # taken then separates the warmup's counts from the measured ones.
         self.on_measure_start = on_measure_start
         # asyncio.sleep wakes up to ~1 ms late (epoll's millisecond timeout); the last
         # stretch before a send is spent yielding to the loop instead, to cut dispatch lag.
@@ -202,12 +202,14 @@ class LoadGenerator:
             await asyncio.sleep(0)  # let them reach the engine
             self._flush()
             await asyncio.wait(tasks)  # not gather: stop_sending must not cancel them
+        # Before the measured phase's clock starts: a server scrape taken now holds nothing
+        # of the measured requests, and a first request due at 0 still goes out on time.
+        self.on_measure_start()
         start_s = self._now()
         if self.measure_at is not None:  # the instant every worker starts at
             start_s = await self.measure_at()
             await self._sleep_until(start_s)
         counts["measure_start_s"] = self._measure_start_s = start_s
-        self.on_measure_start()
         probe = asyncio.get_running_loop().create_task(self._probe_loop_lag())
         try:
             await self._measured_phase(requests, concurrency, duration_s, counts, sessions, start_s)

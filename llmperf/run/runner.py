@@ -193,7 +193,7 @@ def drive_load(run: Run) -> None:
             run.records.append(record)
             progress.update(record)
 
-        scrape_soon = run.scraper.scrape_soon if run.scraper is not None else (lambda: None)
+        open_window = run.scraper.scrape_now if run.scraper is not None else (lambda: None)
         concurrency = scenario.arrival.concurrency if run.workload.closed_loop else None
         saturation = scenario.saturation if scenario.saturation.enabled and concurrency is None else None
         if scenario.client.workers > 1:
@@ -204,13 +204,13 @@ def drive_load(run: Run) -> None:
                 on_record,
                 saturation=saturation,
                 record_tokens=scenario.record_tokens,
-                on_measure_start=scrape_soon,
+                on_measure_start=open_window,
             )
             if run.server is not None:
                 stack.enter_context(run.server.watched(pool.stop_sending))
             run.load = pool.run(warmup, scheduled_requests(run), concurrency, scenario.duration_s)
         else:
-            run.load = drive_in_process(run, warmup, on_record, saturation, concurrency, scrape_soon, stack)
+            run.load = drive_in_process(run, warmup, on_record, saturation, concurrency, open_window, stack)
     if run.collector is not None:  # stopped now: its samples move onto the records' clock
         run.collector.rebase(run.load.origin_perf_counter_s)
     if run.scraper is not None:
@@ -225,7 +225,7 @@ def drive_in_process(
     on_record: Callable[[RequestRecord], None],
     saturation: SaturationConfig | None,
     concurrency: int | None,
-    scrape_soon: Callable[[], None],
+    open_window: Callable[[], None],
     stack: contextlib.ExitStack,
 ) -> LoadResult:
     scenario = run.config.scenario
@@ -234,7 +234,7 @@ def drive_in_process(
         on_record,
         saturation=SaturationDetector(saturation) if saturation is not None else None,
         record_tokens=scenario.record_tokens,
-        on_measure_start=scrape_soon,
+        on_measure_start=open_window,
     )
     if run.server is not None:
         stack.enter_context(run.server.watched(loadgen.stop_sending))

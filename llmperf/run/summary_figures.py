@@ -58,7 +58,7 @@ def add_server_figures(run: Run) -> None:
     s["server_family"] = run.scraper.family.name
     s["server_metrics_url"] = run.scraper.url
     s["server_scrape_errors"] = len(run.scraper.errors)
-    s.update(window_summary(run.scraper.rows, run.load.measure_start_s, run.load.end_s))
+    s.update(window_summary(run.scraper.rows, run.load.measure_start_s, run.load.end_s, run.scraper.opening_s))
     s.update(round_trip_summary(run.scraper.round_trips, run.load.measure_start_s, run.load.end_s))
     s.update(decompose(s))
     if not run.workload.has_sessions:  # a session's turns share its history by design

@@ -129,6 +129,7 @@ class MetricsScraper:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
+        self.opening_s: float | None = None  # the scrape scrape_now took, on the rows' clock
 
     def start(self) -> str | None:
         """Scrape once and start the thread; the reason there is no server-side view otherwise."""
@@ -149,6 +150,18 @@ class MetricsScraper:
         """Scrape now rather than at the next interval (safe from any thread)."""
         self._wake.set()
 
+    def scrape_now(self) -> None:
+        """Scrape on the calling thread and keep it as the measured window's opening scrape
+        (`opening_s`): called once the warmup's requests have ended and before the first
+        measured one goes out, its counters hold nothing of the measured requests. (A scrape
+        only woken then lands while the first requests already generate, and misses their
+        first tokens.)"""
+        if self._thread is None:
+            return
+        t_s = self._scrape()
+        if t_s is not None:
+            self.opening_s = t_s
+
     def stop(self) -> None:
         """Stop the thread, then scrape once more so the window ends after the last request."""
         if self._thread is None:
@@ -160,6 +173,8 @@ class MetricsScraper:
         self._scrape()
 
     def rebase(self, origin_perf_counter_s: float) -> None:
+        if self.opening_s is not None:
+            self.opening_s -= origin_perf_counter_s
         self.rows, self.round_trips = (
             [Row(r.t_s - origin_perf_counter_s, r.figure, r.field, r.le, r.value, r.metric) for r in rows]
             for rows in (self.rows, self.round_trips)
@@ -184,14 +199,17 @@ class MetricsScraper:
                 self._scrape()
                 self._time_round_trip()
 
-    def _scrape(self) -> None:
+    def _scrape(self) -> float | None:
+        """One scrape into the rows; its time, or None if it failed."""
         try:
-            _, rows = parse_rows(*self._get(), family=self.family)
+            text, t_s = self._get()
+            _, rows = parse_rows(text, t_s, family=self.family)
         except (OSError, ValueError) as err:  # a missed scrape is a gap, not a failed run
             self.errors.append(_describe(err))
-            return
+            return None
         with self._lock:
             self.rows.extend(rows)
+        return t_s
 
     def _time_round_trip(self) -> None:
         if self.probe_url is None:

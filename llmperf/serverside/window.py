@@ -1,8 +1,8 @@
 """The server's figures over a run's measured window, from its scraped rows.
 
 Histograms and counters are the difference between the scrape taken when the measured
-phase began (the scraper is woken then, so it lands before any measured request ends)
-and the last scrape (taken once every request had ended): what the server did for the
+phase began (on the load generator's thread, after the warmup's requests ended and before
+the first measured one went out) and the last scrape (taken once every request had ended): what the server did for the
 measured requests alone. Gauges are read at every scrape inside the window.
 """
 
@@ -45,11 +45,14 @@ def _values(rows: list[Row]) -> dict[str, Any]:
     return values
 
 
-def window_summary(rows: Sequence[Row], start_s: float, end_s: float) -> dict[str, Any]:
+def window_summary(rows: Sequence[Row], start_s: float, end_s: float,
+                   opening_s: float | None = None) -> dict[str, Any]:
     """server_* keys for summary.json. Without a scrape at each end of the window (the
-    server died, or stopped answering) only `server_view` says why."""
+    server died, or stopped answering) only `server_view` says why. `opening_s`: the scrape
+    taken between the warmup's end and the first measured request (MetricsScraper.scrape_now),
+    the window's start when there is one; else the first scrape at or after `start_s`."""
     taken = scrapes(rows)
-    after_start = [s for s in taken if s[0] >= start_s]
+    after_start = [s for s in taken if s[0] == opening_s] or [s for s in taken if s[0] >= start_s]
     if not after_start or taken[-1][0] < end_s:
         last = f"{taken[-1][0]:.2f} s" if taken else "never"
         return {"server_view": f"incomplete: no scrape after the measured window ({start_s:.2f}-{end_s:.2f} s); "
