@@ -87,7 +87,8 @@ class OpenAIEngine:
         self._thread: threading.Thread | None = None
         self._http: httpx.AsyncClient | None = None
         self._tasks: set[asyncio.Task] = set()
-        # Every stream's events, to the caller's loop a few times a second (engines/channel.py)
+        # Every stream's events to the caller's loop: first tokens and last events at once,
+        # the tokens between at most 50 ms later (engines/channel.py)
         self._mailbox: EventMailbox | None = None
         self._chunk_ids = ChunkIds(self.tokenizer)
 
