@@ -129,6 +129,10 @@ class TokenEvent:
     # final event: seconds the request waited for a connection from the client's pool
     # (HTTP engines); None: the engine has no pool
     pool_wait_s: float | None = None
+    # final event, HTTP engines: perf_counter() when the request's last byte was written, and
+    # when the response's headers arrived; None: not an HTTP engine, or it never got that far
+    written_s: float | None = None
+    headers_s: float | None = None
 
 
 @dataclass

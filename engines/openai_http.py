@@ -26,6 +26,10 @@ Connection-pool wait: each request's time from being handed to httpx until it st
 connection (httpcore's first trace event: opening a connection, or writing the request on a
 kept-alive one) is `TokenEvent.pool_wait_s` on its final event; with fewer
 `max_connections` than requests in flight it is the queue the client itself adds.
+The same trace stamps when the request's last byte was written (`written_s`) and when the
+response's headers arrived (`headers_s`): from the intended arrival to the first, the
+client's own part of a request (its figure `client_send_s`); from there to the second, the
+network and the server's work before it answers (`headers_wait_s`).
 """
 
 from __future__ import annotations
@@ -217,7 +221,8 @@ class OpenAIEngine:
             final = state.end(time.perf_counter(), "error", f"{type(err).__name__}: {err}")
         finally:
             self._tasks.discard(task)
-        deliver(replace(final, pool_wait_s=state.pool_wait_s, response=self.response_kind))
+        deliver(replace(final, pool_wait_s=state.pool_wait_s, written_s=state.written_s,
+                        headers_s=state.headers_s, response=self.response_kind))
 
     async def _post(
         self, request: Request, state: StreamState, deliver: Callable[[TokenEvent], None]
@@ -226,8 +231,13 @@ class OpenAIEngine:
         sent_s = time.perf_counter()
 
         async def trace(name: str, info: dict) -> None:  # httpcore's events, in order
+            now = time.perf_counter()
             if state.pool_wait_s is None:
-                state.pool_wait_s = time.perf_counter() - sent_s
+                state.pool_wait_s = now - sent_s
+            if name.endswith("send_request_body.complete"):  # http11. or http2.
+                state.written_s = now
+            elif name.endswith("receive_response_headers.complete"):
+                state.headers_s = now
 
         body, extensions = self._body(request), {"trace": trace}
         if not self.streaming:

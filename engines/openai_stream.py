@@ -53,6 +53,8 @@ class StreamState:
     usage: dict[str, int] | None = None
     done: bool = False
     pool_wait_s: float | None = None  # handed to httpx until it started on a connection
+    written_s: float | None = None  # perf_counter(): the request's last byte written
+    headers_s: float | None = None  # perf_counter(): the response's headers received
 
     def on_chunk(self, chunk: dict[str, Any], now: float, tokenizer: Tokenizer | ChunkIds) -> list[TokenEvent]:
         if "error" in chunk:

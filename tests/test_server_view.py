@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+import statistics
 
 import pytest
 from rich.console import Console
@@ -87,12 +88,32 @@ def test_the_round_trip_is_timed_in_the_window_and_the_parts_add_up_to_the_clien
     inside = [r.value for r in trips if s["measure_start_s"] <= r.t_s <= s["duration_s"] + s["measure_start_s"]]
     assert s["server_round_trip_s"]["count"] == len(inside) >= 3
     assert s["server_round_trip_s"]["mean"] == pytest.approx(sum(inside) / len(inside))
-    assert s["ttft_transport_s"] == pytest.approx(s["dispatch_lag_s"]["mean"] + s["server_round_trip_s"]["mean"])
+    assert s["server_round_trip_s"]["median"] == pytest.approx(statistics.median(inside))
+    # The transport: the client's own part of each request (mean) + the round trip (median).
+    assert s["ttft_transport_s"] == pytest.approx(s["client_send_s"]["mean"] + s["server_round_trip_s"]["median"])
     parts = (s["server_queue_s"]["mean"] + s["server_prefill_s"]["mean"] + s["ttft_frontend_s"]
              + s["ttft_transport_s"] + s["ttft_unexplained_s"])
     assert parts == pytest.approx(s["ttft_s"]["mean"], rel=1e-9)
     checks = {c["check"]: c for c in s["validity"]}
-    assert "HTTP round trip" in checks["split_closes"]["detail"] and not checks["split_closes"]["blocking"]
+    assert "client send" in checks["split_closes"]["detail"] and "HTTP round trip median" in checks["split_closes"]["detail"]
+    assert not checks["split_closes"]["blocking"]
+
+
+def test_each_request_is_stamped_where_it_was_written_and_where_the_headers_came(scraped_run):
+    """client_send_s and headers_wait_s from the records' own stamps, in the order a request
+    lives: handed to the engine, written, headers back, first token."""
+    run_dir, s, _, _ = scraped_run
+    rows = [json.loads(line) for line in (run_dir / "requests.jsonl").read_text().splitlines()]
+    measured = [r for r in rows if not r["warmup"]]
+    assert len(measured) == 16
+    for r in measured:
+        assert r["dispatch_s"] <= r["written_s"] <= r["headers_s"] <= r["first_token_s"]
+    sends = [r["written_s"] - r["arrival_s"] for r in measured]
+    waits = [r["headers_s"] - r["written_s"] for r in measured]
+    assert s["client_send_s"]["mean"] == pytest.approx(statistics.fmean(sends))
+    assert s["headers_wait_s"]["median"] == pytest.approx(statistics.median(waits))
+    # The client's own part holds its dispatch lag.
+    assert s["client_send_s"]["mean"] >= s["dispatch_lag_s"]["mean"]
 
 
 def test_the_report_shows_client_vs_server(scraped_run):
@@ -102,7 +123,7 @@ def test_the_report_shows_client_vs_server(scraped_run):
     assert (run_dir / "plots" / "latency_split.png").stat().st_size > 5_000
     assert (run_dir / "plots" / "server_gauges.png").stat().st_size > 5_000
     assert "queue_s+prefill_s" in html
-    assert "ttft_unexplained_pct" in html and "server_round_trip_s.mean" in html
+    assert "ttft_unexplained_pct" in html and "server_round_trip_s.median" in html and "client_send_s.mean" in html
 
 
 def test_no_metrics_endpoint_is_one_line_and_the_run_goes_on(served, tmp_path):

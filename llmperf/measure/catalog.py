@@ -139,6 +139,17 @@ def _declare() -> list[Metric]:
            " every measured request of an HTTP engine: the queue the client adds when"
            " `engine.max_connections` is below the requests in flight; null for in-process"
            " engines", REQUEST_FIGURES, "latency_detail", distribution=True),
+        _m("client_send_s", "client send", "s", LOWER, "the request's last byte written −"
+           " intended arrival, every measured request of an HTTP engine: the client's own part of"
+           " a request (dispatch lag, the hand-off to the HTTP thread, the connection-pool wait,"
+           " building and writing the request), timed on each request; null for in-process"
+           " engines", REQUEST_FIGURES, "latency_detail", distribution=True),
+        _m("headers_wait_s", "time to response headers", "s", LOWER, "response headers"
+           " received − request written, streamed responses of an HTTP engine: the network both"
+           " ways and the server's work before it starts its answer (parsing, validation,"
+           " templating, tokenization; vLLM sends its headers before the request reaches its"
+           " engine). A server that holds its headers until the first token reads near TTFT",
+           REQUEST_FIGURES, "latency_detail", distribution=True),
         _m("output_throughput_tps", "output throughput", "tok/s", HIGHER,
            "output tokens of completed requests / `duration_s`", REQUEST_FIGURES, thr),
         _m("total_throughput_tps", "total throughput", "tok/s", HIGHER,
@@ -260,9 +271,10 @@ def _declare() -> list[Metric]:
            " both HTTP stacks and the server's event loop, none of its engine. `{count, mean,"
            " median, p90, p99}` over the probes", "llmperf/serverside/window.py:round_trip_summary",
            srv, distribution=True),
-        _m("ttft_transport_s", "transport (measured)", "s", LOWER, "dispatch lag mean + HTTP"
-           " round-trip mean: the client/network part of the split, timed by the client on its"
-           " own; one figure under both names", split, srv, family="{kind}_transport_s"),
+        _m("ttft_transport_s", "transport (measured)", "s", LOWER, "client send mean (dispatch"
+           " lag mean where the engine has no `client_send_s`) + HTTP round-trip median: the"
+           " client/network part of the split, timed by the client on its own; one figure under"
+           " both names", split, srv, family="{kind}_transport_s"),
         _m("e2e_transport_s", "transport (measured), E2E", "s", LOWER, "as `ttft_transport_s`",
            split, srv, family="{kind}_transport_s"),
         _m("ttft_unexplained_s", "unexplained (TTFT)", "s", NEITHER, "client TTFT mean − server"

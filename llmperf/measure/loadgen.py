@@ -357,6 +357,8 @@ class LoadGenerator:
                         record.output_tokens = event.num_output_tokens or record.output_tokens
                         record.response = event.response
                         record.pool_wait_s = event.pool_wait_s
+                        record.written_s = self._stamp_s(event.written_s)
+                        record.headers_s = self._stamp_s(event.headers_s)
                         if event.error is None:
                             record.token_count_source = event.token_count_source or "engine"
                             if event.response != "stream":  # the whole answer came now
@@ -403,6 +405,10 @@ class LoadGenerator:
 
     def _now(self) -> float:
         return time.perf_counter() - self._origin_s
+
+    def _stamp_s(self, perf_counter_s: float | None) -> float | None:
+        """An engine's perf_counter() stamp on the records' clock."""
+        return None if perf_counter_s is None else perf_counter_s - self._origin_s
 
     def _receipt_s(self, event: TokenEvent, dispatch_s: float) -> float:
         """When the client received the event: the engine's stamp, else now."""

@@ -201,6 +201,13 @@ def compute_metrics(records: Iterable[RequestRecord], slo: SloConfig) -> dict[st
         ),
         "dispatch_lag_s": distribution([r.dispatch_s - r.arrival_s for r in measured]),
         "pool_wait_s": distribution([r.pool_wait_s for r in measured if r.pool_wait_s is not None]),
+        "client_send_s": distribution(
+            [r.written_s - r.arrival_s for r in measured if r.written_s is not None]
+        ),
+        "headers_wait_s": distribution(
+            [r.headers_s - r.written_s for r in measured
+             if r.response == "stream" and r.headers_s is not None and r.written_s is not None]
+        ),
         "slo": {"ttft_s": slo.ttft_s, "tpot_s": slo.tpot_s, "e2e_s": slo.e2e_s},
         "num_slo_met": num_good,
         "goodput_rps": per_second(num_good),

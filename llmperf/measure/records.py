@@ -43,6 +43,8 @@ class RequestRecord:
     token_choices: list[int] | None = None
     response: str = "stream"  # engines.base.RESPONSES: whole and embedding have no token times
     pool_wait_s: float | None = None  # waiting for a connection of the client's pool (HTTP)
+    written_s: float | None = None  # HTTP: the request's last byte written (the records' clock)
+    headers_s: float | None = None  # HTTP: the response's headers received
     worker: int = 0  # the load-generator process that sent it (scenario.client.workers)
 
     @property

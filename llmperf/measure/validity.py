@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from llmperf.serverside.decomposition import client_send_mean, round_trip_median
 from llmperf.workload.scenario import ValidityConfig
 
 
@@ -159,20 +160,21 @@ def server_agrees(summary: dict[str, Any], criteria: ValidityConfig) -> Check:
 def split_closes(summary: dict[str, Any], criteria: ValidityConfig) -> Check:
     """The latency split's parts, each from its own source, add up to the client's TTFT mean
     within 5%: the server's queue, prefill and frontend, and the transport the client times
-    itself (dispatch lag + the HTTP round trip of a GET beside each scrape)."""
+    itself (its own part of each request + the HTTP round trip of a GET beside each scrape)."""
     pct, transport = summary.get("ttft_unexplained_pct"), summary.get("ttft_transport_s")
     if pct is None or transport is None:
         return Check("split_closes", True, "not measured (no server-side view, or no round trip timed)",
                      blocking=False)
     ok = abs(pct) <= 100 * MAX_UNEXPLAINED_SHARE
+    send, send_key = client_send_mean(summary)
     client = summary["ttft_s"]["mean"]
     explained = client - summary["ttft_unexplained_s"]
     frontend = summary.get("ttft_frontend_s")
     detail = (
         f"server {summary['ttft_server_parts']} {_ms(explained - transport - (frontend or 0.0))}"
         + (f" + frontend {_ms(frontend)}" if frontend is not None else "")
-        + f" + transport {_ms(transport)} (dispatch lag {_ms(summary['dispatch_lag_s']['mean'])}"
-        f" + HTTP round trip {_ms(summary['server_round_trip_s']['mean'])}) = {_ms(explained)}"
+        + f" + transport {_ms(transport)} ({send_key.removesuffix('_s').replace('_', ' ')} {_ms(send)}"
+        f" + HTTP round trip median {_ms(round_trip_median(summary))}) = {_ms(explained)}"
         f" against the client's TTFT mean {_ms(client)}: unexplained {_ms(summary['ttft_unexplained_s'])}"
         f" ({pct:+.1f}%; expected within ±{MAX_UNEXPLAINED_SHARE:.0%})"
     )

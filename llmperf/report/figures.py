@@ -145,14 +145,19 @@ SPLIT_PARTS = ("frontend_s", "network_s", "transport_s", "unexplained_s", "unexp
 
 def server_rows(summary: dict[str, Any]) -> list[Row]:
     """The server's counters and gauge levels over the measured window (its histograms are in
-    the split table), the parts of the split's overhead, and the HTTP round trip's mean."""
+    the split table), the parts of the split's overhead, and the measured transport's two parts:
+    the client's own part of a request (mean) and the HTTP round trip (median, and its mean)."""
     rows = [Row(k, format_value(k, v)) for k, v in summary.items()
             if k.startswith("server_") and not isinstance(v, dict)]
     rows += [Row(k, format_value(k, v)) for k, v in summary.items()
              if k.startswith(("ttft_", "e2e_")) and k.endswith(SPLIT_PARTS) and v is not None]
+    send = summary.get("client_send_s")
+    if isinstance(send, dict) and send.get("mean") is not None:
+        rows.append(Row("client_send_s.mean", format_value("client_send_s", send["mean"])))
     round_trip = summary.get("server_round_trip_s")
-    if isinstance(round_trip, dict) and round_trip.get("mean") is not None:
-        rows.append(Row("server_round_trip_s.mean", format_value("server_round_trip_s", round_trip["mean"])))
+    for stat in ("median", "mean"):
+        if isinstance(round_trip, dict) and round_trip.get(stat) is not None:
+            rows.append(Row(f"server_round_trip_s.{stat}", format_value("server_round_trip_s", round_trip[stat])))
     return rows
 
 

@@ -17,8 +17,13 @@ decode times are the engine core's), the overhead splits once more, by means:
     overhead = server frontend (server TTFT - queue - prefill) + client/network (client TTFT - server TTFT)
 
 Those parts add up by construction. What makes the split a check is one part measured on
-its own: the transport, the client's dispatch lag (mean) plus the HTTP round trip of a
-cheap GET timed beside each scrape (mean; llmperf/serverside/scraper.py). Then
+its own: the transport, the client's own part of each request (`client_send_s`, mean:
+intended arrival to the request's last byte written, timed on every request) plus the HTTP
+round trip of a cheap GET timed beside each scrape (median; llmperf/serverside/scraper.py).
+The client's part is the requests' own, so a stall of the client (a busy core, a collection)
+lands in it where it happened; the round trip is a sample of the path, so one probe caught
+in such a stall (280 ms against 1.5 ms, seen here) must not move it: hence its median.
+Engines without `client_send_s` (results from before it) fall back to the dispatch lag. Then
 
     client TTFT = queue + prefill + frontend + transport + unexplained
 
@@ -79,10 +84,25 @@ def _overhead(summary: dict[str, Any], client_key: str, parts: tuple[str, ...], 
     return out
 
 
+def client_send_mean(summary: dict[str, Any]) -> tuple[float, str] | None:
+    """The client's own part of a request (mean) and its figure: client_send_s where the
+    engine timed it, else the dispatch lag."""
+    for key in ("client_send_s", "dispatch_lag_s"):
+        value = _mean(summary, key)
+        if value is not None:
+            return value, key
+    return None
+
+
+def round_trip_median(summary: dict[str, Any]) -> float | None:
+    value = summary.get("server_round_trip_s")
+    return value.get("median") if isinstance(value, dict) else None
+
+
 def _transport(summary: dict[str, Any]) -> float | None:
-    """Dispatch lag mean + HTTP round-trip mean: the part the client measures on its own."""
-    lag, round_trip = _mean(summary, "dispatch_lag_s"), _mean(summary, "server_round_trip_s")
-    return None if lag is None or round_trip is None else lag + round_trip
+    """Client send mean + HTTP round-trip median: the part the client measures on its own."""
+    send, round_trip = client_send_mean(summary), round_trip_median(summary)
+    return None if send is None or round_trip is None else send[0] + round_trip
 
 
 def decompose(summary: dict[str, Any]) -> dict[str, Any]:
