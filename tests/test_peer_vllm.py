@@ -128,7 +128,7 @@ def test_the_client_ttft_splits_into_vllm_queue_prefill_frontend_and_client(vllm
     # What is left is per request and absolute: vLLM parsing and validating a completion
     # request before its arrival stamp, and building and sending the SSE chunk after its
     # first-token stamp, beyond what a GET costs. 2.6-4.3 ms here: 10% of this checkpoint's
-    # 26 ms TTFT, 2.3% of a 160 ms one, 0-5% in 39 of 40 runs at validate_vllm.py's points (docs/validation.md).
+    # 26 ms TTFT, 2.3% of a 160 ms one, +0.1 to +2.8% in 60 of 60 runs at validate_vllm.py's points (docs/validation.md).
     # The round trip is a sample of its own (a probe every scrape), with a tail: its mean can
     # pass the requests' own transport, and the rest come out below zero (-1.6 ms in one CI run).
     # How much of the frontend's work a GET leaves out depends on the machine: on the CI
