@@ -415,7 +415,7 @@ class LoadGenerator:
         now_s = self._now()
         if event.received_s is None:
             return now_s
-        received_s = event.received_s - self._origin_s
+        received_s = self._stamp_s(event.received_s)
         if not dispatch_s <= received_s <= now_s:
             raise ValueError(
                 f"the engine's receipt time is {received_s - now_s:+.6f} s from now and "
