@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from engines.base import Engine
 from engines.options import EngineConfig
+from llmperf.errors import require
 from llmperf.registry import Registry
 
 ENGINES: Registry[type] = Registry(
@@ -31,7 +32,15 @@ ENGINE_CONFIGS: Registry[type[EngineConfig]] = Registry(
 )
 
 
+# The optional package an engine needs, and the extra of llmperf that installs it: without
+# it, building the engine is one line naming the extra (MissingDependency), not a traceback.
+ENGINE_NEEDS: dict[str, tuple[str, str]] = {"hf": ("transformers", "peers")}
+
+
 def build_engine(options: EngineConfig, model: str) -> Engine:
     """The engine `options.name`, built from its options; `model` is what it takes as its
     model (`options.model_for(selection)` from a run's model selection)."""
+    if options.name in ENGINE_NEEDS:
+        module, extra = ENGINE_NEEDS[options.name]
+        require(module, extra, f"engine={options.name}")
     return ENGINES.get(options.name)(model, options)

@@ -19,7 +19,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException, OverrideParseException
 from omegaconf import DictConfig
 
-from llmperf.errors import UsageError
+from llmperf.errors import UsageError, require
 from llmperf.run.command_line import hydra_args_parser, sweep_jobs
 from llmperf.run.compose import CONFIG_MODULE, CONFIG_NAME, compose_config
 from llmperf.run.config import load_config, register_configs
@@ -70,6 +70,18 @@ def _exit_with(err: UsageError) -> None:
 
 # -- checking the command line ------------------------------------------------------------
 
+# Hydra launchers that come from a plugin: (module, pip package) it needs, and the extra of
+# llmperf that installs them (None: not one of llmperf's extras; pip installs the package).
+_SUBMITIT = (("hydra_plugins.hydra_submitit_launcher", "hydra-submitit-launcher"),
+             ("submitit", "submitit"))
+_RAY = (("hydra_plugins.hydra_ray_launcher", "hydra-ray-launcher"), ("ray", "ray"))
+LAUNCHER_NEEDS: dict[str, tuple[tuple[tuple[str, str], ...], str | None]] = {
+    "submitit_local": (_SUBMITIT, "cluster"),
+    "submitit_slurm": (_SUBMITIT, "cluster"),
+    "ray": (_RAY, None),
+    "ray_aws": (_RAY, None),
+}
+
 # Open maps inside the schema: their keys are the user's (a server's options, its environment).
 OPEN_MAPS = ("engine.launch.args.", "engine.launch.env.")
 
@@ -107,6 +119,7 @@ def check_command_line(argv: list[str]) -> None:
                     f"malformed override {text!r}: expected key=value, e.g. scenario.num_requests=100"
                 ) from None
         for override in parsed:
+            _check_launcher(override)
             _check_group_choice(override, loader)
         jobs = sweep_jobs(parsed) if args.multirun else [args.overrides]
         for job in jobs:
@@ -119,6 +132,21 @@ def check_job(overrides: list[str], config_name: str = CONFIG_NAME) -> None:
     check_inputs(config.scenario)
     if config.model.path is not None and not Path(config.model.path).expanduser().is_dir():
         raise UsageError(f"model.path={config.model.path!r}: no such checkpoint folder")
+
+
+def _check_launcher(override) -> None:
+    """`hydra/launcher=submitit_slurm` without its plugin: one line naming what installs it
+    (before the group check, which would only say the launcher does not exist)."""
+    if override.key_or_group != "hydra/launcher" or override.is_delete():
+        return
+    if override.value_type is None or override.is_sweep_override():
+        return
+    launcher = override.get_value_element_as_str()
+    if launcher not in LAUNCHER_NEEDS:
+        return
+    modules, extra = LAUNCHER_NEEDS[launcher]
+    for module, package in modules:
+        require(module, extra, f"hydra/launcher={launcher}", package)
 
 
 def _check_group_choice(override, loader) -> None:

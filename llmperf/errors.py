@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Iterable
+from types import ModuleType
 from typing import Any
 
 
@@ -36,6 +38,38 @@ class ConfigError(UsageError, ValueError):
 
 class DataError(UsageError):
     """A dataset or trace file is missing or holds a line that cannot be read."""
+
+
+class MissingDependency(UsageError):
+    """An optional package is not installed; the message names what installs it:
+    `engine=hf needs transformers: pip install -e ".[peers]"`."""
+
+    def __init__(self, what: str, package: str, install: str) -> None:
+        self.what = what
+        self.package = package
+        self.install = install
+        super().__init__(f"{what} needs {package}: {install}")
+
+
+def extra_install(extra: str) -> str:
+    """The pip command that installs one of llmperf's extras (from a checkout, as the README)."""
+    return f'pip install -e ".[{extra}]"'
+
+
+def require(module: str, extra: str | None, what: str, package: str | None = None) -> ModuleType:
+    """Import `module`, an optional dependency; MissingDependency naming `extra` when it (or a
+    package above it) is not installed. `what` is what needs it (`engine=hf`), `package` its
+    name for pip when that is not the module's; `extra=None`: no extra of llmperf installs it,
+    the line says `pip install <package>`."""
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as err:
+        parts = module.split(".")
+        if err.name not in {".".join(parts[: i + 1]) for i in range(len(parts))}:
+            raise  # the package is there but something it imports is not: not ours to name
+        package = package or parts[0]
+        install = extra_install(extra) if extra else f"pip install {package}"
+        raise MissingDependency(what, package, install) from None
 
 
 def check_positive(owner: Any, *names: str, allow_none: bool = True, strict: bool = True) -> None:

@@ -69,7 +69,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also write the current medians as figures.json for `history --append`")
     p.add_argument("--update", action="store_true",
                    help="write the baseline from the current figures (all repeats) instead;"
-                        " without --metric and without a baseline: " + ", ".join(DEFAULT_METRICS))
+                        " without --metric and without a baseline: "
+                        + ", ".join(DEFAULT_METRICS).replace("%", "%%"))  # argparse formats help
     p.add_argument("--allow-invalid", action="store_true",
                    help="gate runs that failed their validity checks (or were interrupted)"
                         " with a warning, instead of failing")

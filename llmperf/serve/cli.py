@@ -21,23 +21,20 @@ import yaml
 from hydra import initialize_config_module
 
 from llmperf.cli import check_command_line
-from llmperf.errors import UsageError
+from llmperf.errors import UsageError, require
 from llmperf.run.compose import CONFIG_MODULE, compose_config
 from llmperf.run.config import register_configs
-from llmperf.serve.server import (
-    DEFAULT_HOST,
-    DEFAULT_PORT,
-    build_server,
-    check_servable,
-    run_server,
-)
 
 EXIT_USAGE = 2
+# What the server runs on (the peers extra), checked before llmperf.serve.server imports them.
+SERVER_NEEDS = (("uvicorn", "uvicorn"), ("starlette", "fastapi"))
 SERVER_KEYS = ("host", "port", "api_key", "served_model_name", "request_log")
 
 
 def parse_overrides(argv: list[str]) -> dict[str, Any]:
     """The command line as keyword arguments of `build_server()` plus host and port."""
+    from llmperf.serve.server import DEFAULT_HOST, DEFAULT_PORT, check_servable
+
     server: dict[str, Any] = {}
     overrides: list[str] = []
     for arg in argv:
@@ -90,6 +87,10 @@ def main(argv: list[str] | None = None) -> None:
         print(__doc__)
         return
     try:
+        for module, package in SERVER_NEEDS:
+            require(module, "peers", "llmperf-serve", package)
+        from llmperf.serve.server import build_server, run_server
+
         options = parse_overrides(argv)
         server = build_server(
             options["engine_options"],
