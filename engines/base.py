@@ -99,7 +99,9 @@ def request_error(
     return None
 
 
-@dataclass(frozen=True)
+# Not frozen: a frozen dataclass sets each field through object.__setattr__, five times the
+# cost, and an HTTP engine makes one per chunk.
+@dataclass(slots=True)
 class TokenEvent:
     """Tokens produced for one request: usually one, a chunk for HTTP engines.
 
@@ -129,6 +131,7 @@ class TokenEvent:
     # final event: seconds the request waited for a connection from the client's pool
     # (HTTP engines); None: the engine has no pool
     pool_wait_s: float | None = None
+    connect_s: float | None = None  # HTTP: opening a new connection took this (None: reused one)
     # final event, HTTP engines: perf_counter() when the request's last byte was written, and
     # when the response's headers arrived; None: not an HTTP engine, or it never got that far
     written_s: float | None = None

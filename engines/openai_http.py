@@ -1,35 +1,39 @@
 """An engine that streams from any OpenAI-compatible server: vLLM, SGLang, TGI, llama.cpp, llmperf-serve.
 
-HTTP runs on the engine's own thread and event loop with one shared httpx client
-(keep-alive connections, as many as the load needs), so the client outlives the
-load generator's loop and its receipt times do not wait on the load generator.
-Each SSE chunk becomes a `TokenEvent` stamped when its line arrived (`received_s`, which
-the load generator takes as the token's time, so a busy load-generator loop does not
-delay TTFT or ITL); the final
-event carries the usage chunk's counts (`stream_options.include_usage`), or,
-when the server sends none, the output text's length in tokens of the local
-tokenizer (bytes without a tokenizer.json), and says which (`token_count_source`:
-"server usage", "tokenizer" or "bytes"). A server error, a timeout or a dropped connection
-ends the request with finish_reason "error" and the reason (each chunk received counts as one output
-token); nothing raises into the caller.
+HTTP goes through a transport (`engine.transport`: aiohttp, the default, or httpx;
+engines/transports/), one client per event loop with keep-alive connections, as many as
+`max_connections`. By default it runs on the load generator's own loop: each chunk is read,
+split and parsed where it is consumed, with no thread hop between the socket and the record.
+`engine.http_thread=true` runs it on a thread of its own instead (the design before this
+one): a loop of the engine's that a busy load-generator loop cannot delay, at the cost of a
+hand-off per event (engines/channel.py's mailbox). docs/harness.md, "The client", has both
+measured.
+
+Each read's bytes are split into SSE events (`SSEDecoder`) and parsed with orjson; each
+chunk becomes a `TokenEvent` stamped when its bytes arrived (`received_s`, which the load
+generator takes as the token's time). The final event carries the usage chunk's counts
+(`stream_options.include_usage`), or, when the server sends none, the output text's length
+in tokens of the local tokenizer (bytes without a tokenizer.json), and says which
+(`token_count_source`: "server usage", "tokenizer" or "bytes"). A server error, a timeout or
+a dropped connection ends the request with finish_reason "error" and the reason (each chunk
+received counts as one output token); nothing raises into the caller.
 
 Chunks and tokens: servers send about one token per chunk, but not always its
 text (a partial character, a special token), so each chunk counts as one token
 arrival. Its `token_ids` are the local tokenizer's ids for the chunk's text, or
-`(UNKNOWN_TOKEN_ID,)` when the text is empty. With `n` > 1 each event carries its choice's
-`index` (`TokenEvent.choice`), and the usage counts every choice's tokens.
+`(UNKNOWN_TOKEN_ID,)` when the text is empty; an end marker (a finish reason with no text)
+is not a token. With `n` > 1 each event carries its choice's `index` (`TokenEvent.choice`),
+and the usage counts every choice's tokens.
 
 Whole responses (`stream=False`) and embeddings deliver only the final event (`response`
 "whole" or "embedding"): no token times, so no TTFT or ITL, and counts from `usage`.
 
-Connection-pool wait: each request's time from being handed to httpx until it starts on a
-connection (httpcore's first trace event: opening a connection, or writing the request on a
-kept-alive one) is `TokenEvent.pool_wait_s` on its final event; with fewer
-`max_connections` than requests in flight it is the queue the client itself adds.
-The same trace stamps when the request's last byte was written (`written_s`) and when the
-response's headers arrived (`headers_s`): from the intended arrival to the first, the
-client's own part of a request (its figure `client_send_s`); from there to the second, the
-network and the server's work before it answers (`headers_wait_s`).
+The transport stamps each request's connection-pool wait (handed to it until it started on
+a connection: the queue the client's own pool adds when `max_connections` is below the
+requests in flight), when its last byte was written (`written_s`) and when the response's
+headers came (`headers_s`), on the final event: from the intended arrival to the second,
+the client's own part of a request (its figure `client_send_s`); from there to the third,
+the network and the server's work before it answers (`headers_wait_s`).
 """
 
 from __future__ import annotations
@@ -43,17 +47,20 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import httpx
+import orjson
 
 from engines.base import EngineCapabilities, Request, TokenEvent, Tokenizer
 from engines.channel import EventChannel, EventMailbox
 from engines.openai_options import OpenAIEngineConfig
-from engines.openai_stream import ChunkIds, ServerError, StreamState, error_message
+from engines.openai_stream import ChunkIds, ServerError, SSEDecoder, StreamState, error_message
 from engines.reference.tokenizer import BYTE_OFFSET, ByteTokenizer, HFTokenizer
 from engines.served_model import served_model
+from engines.transports import TRANSPORTS
+from engines.transports.base import RequestTiming, Transport, TransportSettings
 
 ENDPOINT_PATHS = {"completions": "completions", "chat": "chat/completions", "embeddings": "embeddings"}
 STOP_TIMEOUT_S = 10.0
+DONE = b"[DONE]"
 
 
 class OpenAIEngine:
@@ -86,10 +93,17 @@ class OpenAIEngine:
         self.stream_responses = opts.stream
         self.n, self.best_of = opts.n, opts.best_of
         self.url = f"{self.base_url}/{ENDPOINT_PATHS[opts.endpoint]}"
+        self.transport_name = opts.transport
+        self._transport_class = TRANSPORTS.get(opts.transport)
+        self.http_thread = opts.http_thread
         self._lock = threading.Lock()
+        # One transport per event loop that streams (its connections belong to that loop)
+        self._transports: dict[asyncio.AbstractEventLoop, Transport] = {}
+        self._closers: dict[asyncio.AbstractEventLoop, AsyncIterator[None]] = {}
+        self._stopping = False
+        # http_thread: the engine's own loop, its thread and the requests running on it
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
-        self._http: httpx.AsyncClient | None = None
         self._tasks: set[asyncio.Task] = set()
         # Every stream's events to the caller's loop: first tokens and last events at once,
         # the tokens between at most 50 ms later (engines/channel.py)
@@ -100,7 +114,8 @@ class OpenAIEngine:
 
     def start(self) -> None:
         with self._lock:
-            if self._thread is not None:
+            self._stopping = False
+            if not self.http_thread or self._thread is not None:
                 return
             ready = threading.Event()
             self._thread = threading.Thread(
@@ -110,8 +125,23 @@ class OpenAIEngine:
             ready.wait()
 
     def stop(self) -> None:
-        """Ends open streams with finish_reason "abort" and closes the connections."""
+        """Ends open streams with finish_reason "abort" and closes the connections. Safe from
+        any thread; a loop that has already closed took its connections with it."""
         with self._lock:
+            self._stopping = True
+            for loop, transport in list(self._transports.items()):
+                if loop is self._loop:
+                    continue
+                if loop.is_closed():  # its connections closed with it
+                    self._transports.pop(loop, None)
+                    self._closers.pop(loop, None)
+                    continue
+                if _running_here(loop):  # stop() on the loop itself: close without waiting
+                    loop.create_task(transport.close())
+                elif loop.is_running():
+                    asyncio.run_coroutine_threadsafe(transport.close(), loop).result(STOP_TIMEOUT_S)
+                self._transports.pop(loop, None)
+                self._closers.pop(loop, None)
             loop, thread = self._loop, self._thread
             if thread is None:
                 return
@@ -119,9 +149,23 @@ class OpenAIEngine:
             loop.call_soon_threadsafe(loop.stop)
             thread.join()
             loop.close()
-            self._loop = self._thread = self._http = None
+            self._transports.pop(loop, None)
+            self._loop = self._thread = None
 
-    async def stream(self, request: Request) -> AsyncIterator[TokenEvent]:
+    async def aclose(self) -> None:
+        """Closes the connections of the calling loop's transport (the load generator calls it
+        before its loop ends); the next stream on any loop opens new ones."""
+        loop = asyncio.get_running_loop()
+        transport = self._transports.pop(loop, None)
+        self._closers.pop(loop, None)
+        if transport is not None:
+            await transport.close()
+
+    def stream(self, request: Request) -> AsyncIterator[TokenEvent]:
+        # The events' generator itself, not a generator around it: each layer costs every chunk
+        return self._threaded(request) if self.http_thread else self._events(request)
+
+    async def _threaded(self, request: Request) -> AsyncIterator[TokenEvent]:
         self.start()
         loop = asyncio.get_running_loop()
         if self._mailbox is None or self._mailbox.loop is not loop:
@@ -165,24 +209,83 @@ class OpenAIEngine:
             "precision": self.served.precision,
         }
 
-    # -- the HTTP thread ---------------------------------------------------------------
+    # -- one request, on whichever loop runs it --------------------------------------------
+
+    async def _transport(self) -> Transport:
+        loop = asyncio.get_running_loop()
+        transport = self._transports.get(loop)
+        if transport is None:
+            headers = {"Content-Type": "application/json"}
+            if self.api_key:
+                headers["Authorization"] = f"Bearer {self.api_key}"
+            transport = self._transport_class(TransportSettings(
+                self.max_connections, self.connect_timeout_s, self.request_timeout_s, headers))
+            self._transports[loop] = transport
+            # Closed with the loop: asyncio.run (and the load generator's loop) finalizes the
+            # async generators still open when its main coroutine ends, this one among them.
+            closer = self._closers[loop] = _close_at_loop_end(transport)
+            await closer.__anext__()
+        return transport
+
+    async def _events(self, request: Request) -> AsyncIterator[TokenEvent]:
+        """The request's events, ending with its final one whatever happens (but the caller
+        leaving): a failure is that event's error, never an exception."""
+        state = StreamState(request)
+        timing = RequestTiming(time.perf_counter())
+        deadline = asyncio.get_running_loop().time() + self.request_timeout_s
+        transport = await self._transport()
+        body, headers = orjson.dumps(self._body(request)), {"X-Request-Id": request.id}
+        try:
+            # The deadline's timer cancels whatever this task awaits when it fires; the caller
+            # awaits only this stream between events, so it lands here and is taken as a timeout.
+            async with asyncio.timeout_at(deadline):
+                async with transport.post(self.url, body, headers, timing) as response:
+                    if response.status >= 400:
+                        raise ServerError(f"HTTP {response.status}: {error_message(await response.read())}")
+                    if not self.streaming:
+                        state.on_whole(orjson.loads(await response.read()), self.endpoint,
+                                       time.perf_counter())
+                    else:
+                        decoder, chunk_ids, on_chunk = SSEDecoder(), self._chunk_ids, state.on_chunk
+                        async for data in response.chunks():
+                            now = time.perf_counter()
+                            for payload in decoder.feed(data):
+                                if payload == DONE:
+                                    state.done = True  # read on to the end: the connection is reused
+                                    continue
+                                for event in on_chunk(orjson.loads(payload), now, chunk_ids):
+                                    yield event
+            for event in state.settle():  # end markers the usage counts as tokens
+                yield event
+            final = self._final_event(request, state)
+        except Exception as err:  # noqa: BLE001 - every failure is this request's, not the run's
+            final = state.end(time.perf_counter(), *self._failure(err, transport, state, deadline))
+        yield replace(final, pool_wait_s=timing.pool_wait_s, connect_s=timing.connect_s,
+                      written_s=timing.written_s, headers_s=timing.headers_s,
+                      response=self.response_kind)
+
+    def _failure(self, err: Exception, transport: Transport, state: StreamState,
+                 deadline: float) -> tuple[str, str]:
+        """The finish reason and error of a request that raised `err`."""
+        if self._stopping and state.finish_reason is None and not state.done:
+            return "abort", "the engine stopped"  # stop() closed its connection
+        kind = transport.classify(err)
+        if isinstance(err, TimeoutError) or kind == "timeout":
+            if asyncio.get_running_loop().time() >= deadline - 1e-3:
+                return "error", f"timed out after {self.request_timeout_s} s"
+            # connect_timeout_s, or no byte for request_timeout_s
+            return "error", f"timeout: {type(err).__name__}: {err}"
+        if kind == "connection":
+            return "error", f"connection failed: {type(err).__name__}: {err}"
+        if isinstance(err, ServerError):
+            return "error", str(err)
+        return "error", f"{type(err).__name__}: {err}"  # a malformed stream
+
+    # -- the HTTP thread (http_thread=true) ------------------------------------------------
 
     def _run_loop(self, ready: threading.Event) -> None:
         self._loop = asyncio.new_event_loop()
         asyncio.set_event_loop(self._loop)
-        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
-        self._http = httpx.AsyncClient(
-            headers=headers,
-            timeout=httpx.Timeout(
-                connect=self.connect_timeout_s,
-                read=self.request_timeout_s,
-                write=self.request_timeout_s,
-                pool=None,  # waiting for a free connection counts against request_timeout_s
-            ),
-            limits=httpx.Limits(
-                max_connections=self.max_connections, max_keepalive_connections=self.max_connections
-            ),
-        )
         ready.set()
         self._loop.run_forever()
 
@@ -190,78 +293,23 @@ class OpenAIEngine:
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-        await self._http.aclose()
+        await self.aclose()
 
     async def _exchange(self, request: Request, deliver: Callable[[TokenEvent], None]) -> None:
-        """One request, start to finish; always delivers a final event (unless the caller left)."""
+        """One request on the engine's own loop; always delivers a final event."""
         task = asyncio.current_task()
         self._tasks.add(task)
-        state = StreamState(request)
+        state_end = StreamState(request)  # the texts so far, for an aborted final event
         try:
-            await asyncio.wait_for(self._post(request, state, deliver), self.request_timeout_s)
-            final = self._final_event(request, state)
+            async for event in self._events(request):
+                if event.token_ids:
+                    state_end.texts.append(event.text or "")
+                deliver(event)
         except asyncio.CancelledError:
-            deliver(state.end(time.perf_counter(), "abort", "the engine stopped"))
+            deliver(state_end.end(time.perf_counter(), "abort", "the engine stopped"))
             raise
-        except asyncio.TimeoutError:
-            final = state.end(
-                time.perf_counter(), "error", f"timed out after {self.request_timeout_s} s"
-            )
-        except httpx.TimeoutException as err:  # connect_timeout_s, or no byte for request_timeout_s
-            final = state.end(time.perf_counter(), "error", f"timeout: {type(err).__name__}: {err}")
-        except httpx.HTTPError as err:
-            final = state.end(
-                time.perf_counter(), "error", f"connection failed: {type(err).__name__}: {err}"
-            )
-        except ServerError as err:
-            final = state.end(time.perf_counter(), "error", str(err))
-        except (
-            Exception
-        ) as err:  # a malformed stream, a server error: this request fails, the run goes on
-            final = state.end(time.perf_counter(), "error", f"{type(err).__name__}: {err}")
         finally:
             self._tasks.discard(task)
-        deliver(replace(final, pool_wait_s=state.pool_wait_s, written_s=state.written_s,
-                        headers_s=state.headers_s, response=self.response_kind))
-
-    async def _post(
-        self, request: Request, state: StreamState, deliver: Callable[[TokenEvent], None]
-    ) -> None:
-        headers = {"X-Request-Id": request.id}
-        sent_s = time.perf_counter()
-
-        async def trace(name: str, info: dict) -> None:  # httpcore's events, in order
-            now = time.perf_counter()
-            if state.pool_wait_s is None:
-                state.pool_wait_s = now - sent_s
-            if name.endswith("send_request_body.complete"):  # http11. or http2.
-                state.written_s = now
-            elif name.endswith("receive_response_headers.complete"):
-                state.headers_s = now
-
-        body, extensions = self._body(request), {"trace": trace}
-        if not self.streaming:
-            response = await self._http.post(self.url, json=body, headers=headers, extensions=extensions)
-            if response.status_code >= 400:
-                raise ServerError(f"HTTP {response.status_code}: {error_message(response.content)}")
-            state.on_whole(response.json(), self.endpoint, time.perf_counter())
-            return
-        async with self._http.stream(
-            "POST", self.url, json=body, headers=headers, extensions=extensions
-        ) as response:
-            if response.status_code >= 400:
-                raw = await response.aread()
-                raise ServerError(f"HTTP {response.status_code}: {error_message(raw)}")
-            async for line in response.aiter_lines():
-                now = time.perf_counter()
-                if not line.startswith("data:"):
-                    continue  # blank separators, comments, event names
-                data = line[5:].strip()
-                if data == "[DONE]":
-                    state.done = True  # read on to the end of the body, so the connection is reused
-                    continue
-                for event in state.on_chunk(json.loads(data), now, self._chunk_ids):
-                    deliver(event)
 
     @property
     def streaming(self) -> bool:
@@ -367,3 +415,17 @@ def _eos_token_ids(folder: Path) -> tuple[int, ...]:
         return ()
     eos = json.loads(config.read_text(encoding="utf-8")).get("eos_token_id")
     return tuple(eos) if isinstance(eos, list) else (() if eos is None else (eos,))
+
+
+def _running_here(loop: asyncio.AbstractEventLoop) -> bool:
+    try:
+        return asyncio.get_running_loop() is loop
+    except RuntimeError:
+        return False
+
+
+async def _close_at_loop_end(transport: Transport) -> AsyncIterator[None]:
+    try:
+        yield
+    finally:
+        await transport.close()

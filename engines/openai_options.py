@@ -7,6 +7,7 @@ from typing import Any
 
 from engines.launch.options import LaunchOptions
 from engines.options import EngineConfig
+from engines.transports import TRANSPORTS
 from llmperf.errors import ConfigError
 from llmperf.options import check_choice, check_positive, option
 
@@ -24,6 +25,8 @@ class OpenAIEngineConfig(EngineConfig):
     connect_timeout_s: float = option(10.0, "the most opening a connection may take")
     tokenizer: str | None = option(None, "local tokenizer.json (or its folder) for prompts and token counts; null: bytes")
     max_connections: int = option(1024, "keep-alive connections; at least the load's concurrency")
+    transport: str = option("aiohttp", "the HTTP client: aiohttp (the lightest measured) or httpx (engines/transports/)")
+    http_thread: bool = option(False, "true: HTTP on a thread of its own, not the load generator's loop (a hand-off per event)")
     endpoint: str = option("completions", "completions (/v1/completions), chat (/v1/chat/completions) or embeddings (/v1/embeddings: no output tokens)")
     stream: bool = option(True, "false: whole responses (stream: false): E2E and usage token counts, no TTFT, TPOT or ITL")
     n: int = option(1, "choices per request; output tokens count every choice, streams are told apart by index")
@@ -39,6 +42,7 @@ class OpenAIEngineConfig(EngineConfig):
         check_positive(self, "request_timeout_s", "connect_timeout_s", "max_connections", "metrics_interval_s")
         check_positive(self, "n", "best_of")
         check_choice("endpoint", self.endpoint, ENDPOINTS, "endpoint")
+        TRANSPORTS.check("transport", self.transport)
         check_choice("prompt_format", self.prompt_format, PROMPT_FORMATS, "prompt format")
         if self.endpoint == "chat" and self.prompt_format == "token_ids":
             raise ConfigError(

@@ -39,6 +39,31 @@ class ChunkIds:
         return ids
 
 
+class SSEDecoder:
+    """Server-sent events, split from the raw bytes a transport hands over: each `feed`
+    returns the `data:` payloads its bytes completed (a payload split across two reads
+    comes whole with the second). Blank lines, comments and `event:` lines are dropped;
+    both LF and CRLF line ends are taken."""
+
+    __slots__ = ("_buffer",)
+
+    def __init__(self) -> None:
+        self._buffer = bytearray()
+
+    def feed(self, data: bytes) -> list[bytes]:
+        buffer = self._buffer
+        if not buffer and data[-1:] == b"\n":  # the usual read: whole events, nothing held
+            lines = data.split(b"\n")
+        else:
+            buffer += data
+            end = buffer.rfind(b"\n")
+            if end < 0:
+                return []
+            lines = bytes(buffer[:end]).split(b"\n")
+            del buffer[: end + 1]
+        return [line[5:].strip() for line in lines if line[:5] == b"data:"]
+
+
 class ServerError(Exception):
     """The server answered with an error status or an error event."""
 
@@ -55,6 +80,21 @@ class StreamState:
     pool_wait_s: float | None = None  # handed to httpx until it started on a connection
     written_s: float | None = None  # perf_counter(): the request's last byte written
     headers_s: float | None = None  # perf_counter(): the response's headers received
+    arrivals: int = 0  # token-carrying chunks so far
+    # End markers (a finish reason, no text): a token whose text is empty, or no token at all.
+    # The usage tells which (`settle`); without usage, none is a token.
+    held: list[TokenEvent] = field(default_factory=list)
+
+    def settle(self) -> list[TokenEvent]:
+        """The held end markers that were tokens: as many as the server's usage counts beyond
+        the chunks that carried text."""
+        count = (self.usage or {}).get("completion_tokens")
+        if not self.held or not isinstance(count, int) or count <= self.arrivals:
+            return []
+        tokens = self.held[: count - self.arrivals]
+        self.arrivals += len(tokens)
+        self.texts.extend("" for _ in tokens)
+        return tokens
 
     def on_chunk(self, chunk: dict[str, Any], now: float, tokenizer: Tokenizer | ChunkIds) -> list[TokenEvent]:
         if "error" in chunk:
@@ -66,18 +106,24 @@ class StreamState:
             index = choice.get("index") or 0
             text = choice_text(choice)
             self.finish_reason = choice.get("finish_reason") or self.finish_reason
+            if text is None and is_end_marker(choice):
+                self.held.append(TokenEvent(self.request.id, (UNKNOWN_TOKEN_ID,), now, text="",
+                                            received_s=now, choice=index))
+                continue
             thought = reasoning_text(choice)
             if thought:
                 self.texts.append(thought)
                 ids = tuple(tokenizer.encode(thought)) or (UNKNOWN_TOKEN_ID,)
                 events.append(TokenEvent(self.request.id, ids, now, text=thought, received_s=now,
                                          reasoning=True, choice=index))
+                self.arrivals += 1
             if text is None:
                 continue
             self.texts.append(text)
             ids = tuple(tokenizer.encode(text)) if text else ()
             events.append(TokenEvent(self.request.id, ids or (UNKNOWN_TOKEN_ID,), now, text=text,
                                      received_s=now, choice=index))
+            self.arrivals += 1
         return events
 
     def on_whole(self, body: dict[str, Any], endpoint: str, now: float) -> None:
@@ -112,19 +158,33 @@ class StreamState:
 
 
 def choice_text(choice: dict[str, Any]) -> str | None:
-    """The text a choice adds, or None when it carries no token (chat's role announcement)."""
+    """The text a choice adds, or None when it carries no token: chat's role announcement,
+    and the end marker (a finish reason with empty text), which every server may send as a
+    chunk of its own. An empty text without a finish reason is a token whose text is not
+    known yet (a partial character)."""
     if "delta" not in choice:
         text = choice.get("text")
-        return None if text is None else text
+        if not text and choice.get("finish_reason") is not None:
+            return None  # the end marker: a finish reason with no text is not a token
+        return text
     delta = choice["delta"] or {}
     content = delta.get("content") or ""
-    if not content and delta.get("role") and choice.get("finish_reason") is None:
-        return None
-    if not content and reasoning_text(choice):
-        return None  # a reasoning delta: counted by reasoning_text
-    if "content" not in delta and choice.get("finish_reason") is not None:
-        return None  # an end marker with an empty delta
+    if content:
+        return content
+    if choice.get("finish_reason") is not None:
+        return None  # the end marker, its delta empty or absent
+    if delta.get("role") or reasoning_text(choice):
+        return None  # the role announcement; a reasoning delta (counted by reasoning_text)
     return content
+
+
+def is_end_marker(choice: dict[str, Any]) -> bool:
+    """A finish reason with no text and no reasoning."""
+    if choice.get("finish_reason") is None or reasoning_text(choice):
+        return False
+    if "delta" not in choice:
+        return not choice.get("text")
+    return not (choice["delta"] or {}).get("content")
 
 
 def reasoning_text(choice: dict[str, Any]) -> str:
