@@ -18,8 +18,7 @@ from engines.base import Request
 from engines.openai_http import OpenAIEngine
 from llmperf.measure.loadgen import LoadGenerator
 from llmperf.measure.metrics import compute_metrics
-from llmperf.measure.validity import client_not_saturated
-from llmperf.run.config import SloConfig, ValidityConfig
+from llmperf.run.config import SloConfig
 from llmperf.run.runner import run_benchmark
 from llmperf.serve.app import build_app
 from llmperf.serve.server import ServerThread, build_server
@@ -185,8 +184,6 @@ def test_requests_beyond_the_connection_pool_wait_for_it_and_the_client_says_so(
         assert waits[k] >= (k // 2) * e2e * 0.8, (k, waits)
     s = compute_metrics(records, SloConfig())
     assert s["pool_wait_s"]["max"] == waits[-1]
-    check = client_not_saturated({**s, "event_loop_lag_s": {"p99": 0.0}}, ValidityConfig())
-    assert not check.ok and "connection-pool wait p99" in check.detail
     unlimited = drive(synthetic, requests(8, max_tokens=10, gap_s=0.0), max_connections=16)
     assert max(r.pool_wait_s for r in unlimited) < 0.03
 

@@ -98,6 +98,47 @@ def _phases(prefix: str, label: str, unit: str, direction: str, definition: str,
                ROOFLINE, "roofline", family=f"{prefix}{{phase}}{suffix}") for phase in PHASES]
 
 
+CLIENT = "llmperf/measure/client_cpu.py:client_summary"
+
+
+def _client_figures() -> list[Metric]:
+    """What the load generator cost and whether it sent on time (llmperf/measure/client_cpu.py)."""
+    c = "client"
+    return [
+        _m("client_cpu_s", "client CPU", "s", LOWER, "CPU time (user + system) of every"
+           " load-generator process over the measured phase, all their threads: the event loop,"
+           " the telemetry sampler, the /metrics scraper, the progress display", CLIENT, c),
+        _m("client_cpu_per_request_s", "client CPU per request", "s", LOWER, "`client_cpu_s` /"
+           " measured requests: what one request costs the client", CLIENT, c),
+        _m("client_cpu_share", "client event-loop CPU share", "fraction", LOWER, "the busiest"
+           " load generator's event-loop thread: its CPU time / the measured window. asyncio runs"
+           " on that one thread, so near 1 the client's own work is the limit", CLIENT, c),
+        _m("client_process_cpu_share", "client CPU, cores", "fraction", LOWER, "`client_cpu_s` /"
+           " the measured window: the cores the client used in all (over 1 with workers)",
+           CLIENT, c),
+        _m("client_runqueue_wait_share", "client run-queue wait", "fraction", LOWER, "the"
+           " busiest wait of a load generator's event-loop thread for a core while runnable"
+           " (`/proc/thread-self/schedstat`) / the measured window: high while its own CPU is low"
+           " means another process held the cores; null where schedstat cannot be read",
+           CLIENT, c),
+        _m("client_delay_s", "client delay", "s", LOWER, "the request's last byte written (HTTP;"
+           " else its hand-off to the engine) − intended arrival, less the time a new connection"
+           " took to open: how late the client sent it", CLIENT, c, distribution=True),
+        _m("client_late_fraction", "late requests", "fraction", LOWER, "measured requests whose"
+           " `client_delay_s` passed `scenario.validity.max_client_delay_s` / measured requests",
+           CLIENT, c),
+        _m("client_pool_late_fraction", "requests late for a connection", "fraction", LOWER,
+           "measured requests whose `pool_wait_s` passed `scenario.validity.max_client_delay_s`"
+           " / measured requests", CLIENT, c),
+        _m("client_max_in_flight", "most requests in flight", "requests", NEITHER, "the most"
+           " measured requests dispatched and not yet ended at once (beside"
+           " `engine.max_connections`, whether the pool could be exhausted)", CLIENT, c),
+        _m("event_loop_late_fraction", "late event-loop wake-ups", "fraction", LOWER, "event-loop"
+           " lag probes (`event_loop_lag_s`) past `scenario.validity.max_client_delay_s` /"
+           " probes: a late loop delays sends and stamps receipts late alike", CLIENT, c),
+    ]
+
+
 def _declare() -> list[Metric]:
     lat, thr, cnt = "latency", "throughput", "counts"
     metrics = [
@@ -150,6 +191,11 @@ def _declare() -> list[Metric]:
            " templating, tokenization; vLLM sends its headers before the request reaches its"
            " engine). A server that holds its headers until the first token reads near TTFT",
            REQUEST_FIGURES, "latency_detail", distribution=True),
+        *_client_figures(),
+        _m("num_token_count_mismatches", "token count mismatches", "requests", LOWER,
+           "completed measured requests whose token-carrying chunks outnumber the output tokens"
+           " of the server's usage: a chunk without a token was counted as one (the run warns)",
+           "llmperf/measure/metrics.py:token_count_mismatches", "counts"),
         _m("output_throughput_tps", "output throughput", "tok/s", HIGHER,
            "output tokens of completed requests / `duration_s`", REQUEST_FIGURES, thr),
         _m("total_throughput_tps", "total throughput", "tok/s", HIGHER,

@@ -31,6 +31,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 
 from engines.base import Engine, Request, SamplingParams, TokenEvent
+from llmperf.measure.client_cpu import CpuMeter, ProcessCpu
 from llmperf.measure.records import EMPTY_OUTPUT, RequestRecord
 from llmperf.measure.saturation import Saturation, SaturationDetector
 from llmperf.measure.sessions import run_sessions
@@ -55,6 +56,8 @@ class LoadResult:
     saturation: Saturation | None = None  # set when the detector stopped the run
     loop_lag_s: list[float] = field(default_factory=list)  # event-loop lag probes, measured phase
     stopped: str | None = None  # why sending stopped early (stop_sending), if it did
+    # What each load-generator process spent over the measured phase (llmperf/measure/client_cpu.py)
+    client_cpu: list[ProcessCpu] = field(default_factory=list)
 
 
 class LoadGenerator:
@@ -74,6 +77,7 @@ class LoadGenerator:
         on_measure_start: Callable[[], None] = lambda: None,
         origin_perf_counter_s: float | None = None,
         measure_at: Callable[[], Awaitable[float]] | None = None,
+        role: str = "loadgen",
     ) -> None:
         self.engine = engine
         self.on_record = on_record
@@ -100,6 +104,7 @@ class LoadGenerator:
         self.measure_at = measure_at
         self._inflight: set[asyncio.Task] = set()
         self._phases: asyncio.Task | None = None
+        self._cpu = CpuMeter(role)
 
     async def run(
         self,
@@ -141,6 +146,7 @@ class LoadGenerator:
                 loop.remove_signal_handler(signal.SIGINT)
         if self._inflight:  # interrupted: let the aborted requests write their records
             await asyncio.gather(*self._inflight, return_exceptions=True)
+        cpu = self._cpu.stop()
         return LoadResult(
             origin_perf_counter_s=self._origin_s,
             origin_unix_s=origin_unix_s,
@@ -152,6 +158,7 @@ class LoadGenerator:
             saturation=self.saturation,
             loop_lag_s=self._loop_lag_s,
             stopped=self.stopped,
+            client_cpu=[cpu] if cpu is not None else [],
         )
 
     def interrupt(self) -> None:
@@ -210,6 +217,7 @@ class LoadGenerator:
             start_s = await self.measure_at()
             await self._sleep_until(start_s)
         counts["measure_start_s"] = self._measure_start_s = start_s
+        self._cpu.start()
         probe = asyncio.get_running_loop().create_task(self._probe_loop_lag())
         try:
             await self._measured_phase(requests, concurrency, duration_s, counts, sessions, start_s)
@@ -354,9 +362,11 @@ class LoadGenerator:
                         record.finish_reason = event.finish_reason
                         record.error = event.error
                         record.input_tokens = event.num_prompt_tokens or record.input_tokens
-                        record.output_tokens = event.num_output_tokens or record.output_tokens
+                        if event.num_output_tokens is not None:  # 0 too: a server's usage
+                            record.output_tokens = event.num_output_tokens
                         record.response = event.response
                         record.pool_wait_s = event.pool_wait_s
+                        record.connect_s = event.connect_s
                         record.written_s = self._stamp_s(event.written_s)
                         record.headers_s = self._stamp_s(event.headers_s)
                         if event.error is None:

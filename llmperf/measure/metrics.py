@@ -140,6 +140,16 @@ def least_exact(sources: dict[str, int]) -> str | None:
     return max(sources, key=TOKEN_COUNT_SOURCES.index, default=None)
 
 
+def token_count_mismatches(records: Iterable[RequestRecord]) -> dict[str, int]:
+    """Completed measured requests whose token-carrying chunks outnumber the output tokens the
+    server's usage reports: a chunk that carried no token was counted as one (an end marker,
+    a keep-alive), so the stream's token times, ITL and TPOT are off. Fewer chunks than tokens
+    is a server that sends several tokens a chunk, which is allowed."""
+    n = sum(1 for r in records if not r.warmup and r.ok and r.token_count_source == "server usage"
+            and len(r.token_times_s) > r.output_tokens)
+    return {"num_token_count_mismatches": n}
+
+
 def token_count_warning(source: str | None, sources: dict[str, int]) -> str | None:
     """One line to show wherever token figures are shown, when they are bytes, not tokens."""
     if source != "bytes":

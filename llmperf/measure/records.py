@@ -5,10 +5,11 @@ Times are seconds from the start of the run (the load generator's clock origin).
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import IO, Any
+
+import orjson
 
 EMPTY_OUTPUT = "empty output"  # the error of a request that ended without a token
 
@@ -43,6 +44,7 @@ class RequestRecord:
     token_choices: list[int] | None = None
     response: str = "stream"  # engines.base.RESPONSES: whole and embedding have no token times
     pool_wait_s: float | None = None  # waiting for a connection of the client's pool (HTTP)
+    connect_s: float | None = None  # HTTP: opening a new connection for it (None: a kept-alive one)
     written_s: float | None = None  # HTTP: the request's last byte written (the records' clock)
     headers_s: float | None = None  # HTTP: the response's headers received
     worker: int = 0  # the load-generator process that sent it (scenario.client.workers)
@@ -66,10 +68,10 @@ class RecordWriter:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._file: IO[str] | None = None
+        self._file: IO[bytes] | None = None
 
     def __enter__(self) -> RecordWriter:
-        self._file = self.path.open("w", encoding="utf-8")
+        self._file = self.path.open("wb")
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -78,5 +80,6 @@ class RecordWriter:
             self._file = None
 
     def write(self, record: RequestRecord) -> None:
-        self._file.write(json.dumps(record.to_dict()) + "\n")
+        # orjson writes a dataclass as json.dumps(asdict(...)) would, in a 40th of the time
+        self._file.write(orjson.dumps(record, option=orjson.OPT_APPEND_NEWLINE))
         self._file.flush()

@@ -44,6 +44,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from engines.base import Request
+from llmperf.measure import event_loop
+from llmperf.measure.client_cpu import CpuMeter
 from llmperf.measure.loadgen import LoadGenerator, LoadResult
 from llmperf.measure.records import RequestRecord
 from llmperf.measure.saturation import Saturation, SaturationConfig, SaturationDetector
@@ -87,6 +89,7 @@ class WorkerSpec:
     saturation: SaturationConfig | None
     record_tokens: bool
     origin_unix_ns: int
+    event_loop: str = "auto"
 
 
 class WorkerPool:
@@ -101,8 +104,10 @@ class WorkerPool:
         saturation: SaturationConfig | None = None,
         record_tokens: bool = False,
         on_measure_start: Callable[[], None] = lambda: None,
+        event_loop: str = "auto",
     ) -> None:
         self.workers = workers
+        self.event_loop = event_loop
         self.engine_options = engine_options
         self.model = model
         self.on_record = on_record
@@ -147,7 +152,7 @@ class WorkerPool:
         processes = []
         for i, (w, r) in enumerate(zip(split(warmup, n), split(requests, n), strict=True)):
             spec = WorkerSpec(i, self.engine_options, self.model, w, r, shares[i], duration_s,
-                              saturation, self.record_tokens, origin_unix_ns)
+                              saturation, self.record_tokens, origin_unix_ns, self.event_loop)
             p = ctx.Process(target=worker_main, args=(spec, results_q, self._controls[i], go, start_at),
                             name=f"llmperf-worker-{i}", daemon=True)
             p.start()
@@ -155,6 +160,7 @@ class WorkerPool:
         results: dict[int, LoadResult] = {}
         verdict: Saturation | None = None
         ready = 0
+        coordinator = CpuMeter("coordinator")
         with _forward_sigint(self.interrupt):
             while len(results) < n:
                 try:
@@ -176,6 +182,7 @@ class WorkerPool:
                     if ready == n:
                         start_at.value = time.perf_counter() - origin_s + START_LEAD_S
                         go.set()
+                        coordinator.start()
                         self.on_measure_start()
                 elif kind == "saturated":
                     if verdict is None:
@@ -188,7 +195,10 @@ class WorkerPool:
                     _join(processes)
                     raise RuntimeError(f"load worker {index} failed:\n{payload}")
         _join(processes)
-        return merge(results, origin_s, origin_unix_ns, start_at.value, verdict)
+        merged = merge(results, origin_s, origin_unix_ns, start_at.value, verdict)
+        cpu = coordinator.stop()  # its thread merges the records; it runs no loop of requests
+        merged.client_cpu += [cpu] if cpu is not None else []
+        return merged
 
 
 def merge(results: dict[int, LoadResult], origin_s: float, origin_unix_ns: int, start_s: float,
@@ -206,6 +216,7 @@ def merge(results: dict[int, LoadResult], origin_s: float, origin_unix_ns: int, 
         saturation=verdict,
         loop_lag_s=[lag for p in parts for lag in p.loop_lag_s],
         stopped=next((p.stopped for p in parts if p.stopped), None),
+        client_cpu=[cpu for p in parts for cpu in p.client_cpu],
     )
 
 
@@ -242,7 +253,8 @@ def worker_main(spec: WorkerSpec, results_q, control, go, start_at) -> None:
         engine = build_engine(spec.engine_options, spec.model)
         engine.start()
         try:
-            result = asyncio.run(_drive(spec, engine, results_q, control, go, start_at))
+            result = event_loop.run(_drive(spec, engine, results_q, control, go, start_at),
+                                    spec.event_loop)
         finally:
             engine.stop()
         results_q.put(("done", spec.index, result))
@@ -281,6 +293,7 @@ async def _drive(spec: WorkerSpec, engine, results_q, control, go, start_at) -> 
         record_tokens=spec.record_tokens,
         origin_perf_counter_s=perf_origin(spec.origin_unix_ns),
         measure_at=measure_at,
+        role=f"worker {spec.index}",
     )
     told: set[str] = set()
     poller = loop.create_task(_obey(control, loadgen, told))

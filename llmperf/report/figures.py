@@ -15,6 +15,7 @@ from llmperf.report.units import MISSING, duration, format_value, milliseconds
 # The tables after the latency table: (title, catalog groups, other summary keys shown there
 # by prefix: the labels that say how the figures were made, telemetry columns' peaks).
 SECTIONS = (("Throughput and counts", ("throughput", "counts"), ("token_count_source",)),
+            ("The client", ("client",), ()),
             ("Roofline", ("roofline",), ("roofline_",)),
             ("Prediction", ("prediction",), ()),
             (COST_SECTION := "Cost and energy", ("cost",), ("cost_split",)),
@@ -94,10 +95,18 @@ def section_rows(summary: dict[str, Any], groups: tuple[str, ...],
                  prefixes: tuple[str, ...]) -> list[Row]:
     """The catalog's figures of `groups` that the summary holds, in catalog order, then its
     other keys that start with one of `prefixes`."""
-    keys = [m.name for m in in_group(*groups) if m.name in summary]
-    keys += [k for k, v in summary.items() if k.startswith(prefixes) and k not in keys
-             and not isinstance(v, dict)]
-    return [Row(k, format_value(k, summary[k])) for k in keys]
+    rows, keys = [], []
+    for m in in_group(*groups):
+        value = summary.get(m.name)
+        if isinstance(value, dict):  # a distribution: its median and its maximum
+            rows += [Row(f"{m.name}.{stat}", format_value(m.name, value.get(stat)))
+                     for stat in ("median", "max")]
+        elif m.name in summary:
+            keys.append(m.name)
+            rows.append(Row(m.name, format_value(m.name, value)))
+    rows += [Row(k, format_value(k, v)) for k, v in summary.items()
+             if k.startswith(prefixes) and k not in keys and not isinstance(v, dict)]
+    return rows
 
 
 def sections(summary: dict[str, Any]) -> list[tuple[str, list[Row]]]:

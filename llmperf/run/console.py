@@ -64,6 +64,17 @@ def _num(value: float | None, fmt: str = ".2f") -> str:
     return "-" if value is None else format(value, fmt)
 
 
+def client_line(summary: dict[str, Any]) -> str | None:
+    """What the load generator cost: CPU per request and the busiest event loop's share of a core."""
+    per_request, share = summary.get("client_cpu_per_request_s"), summary.get("client_cpu_share")
+    if per_request is None or share is None:
+        return None
+    late = summary.get("client_late_fraction")
+    return (f"client      {per_request * 1e3:.2f} ms CPU per request   event loop on a core "
+            f"{share:.0%} of the window   {_num(summary.get('client_process_cpu_share'), '.2f')} "
+            f"cores in all" + (f"   {late:.1%} of requests sent late" if late else ""))
+
+
 def print_summary(summary: dict[str, Any], run_dir: Path, console: Console) -> None:
     heading = (
         f"{summary['scenario']['name']} on {summary['engine']['name']} / {summary['model'].get('label') or summary['model']['name']}: "
@@ -86,6 +97,9 @@ def print_summary(summary: dict[str, Any], run_dir: Path, console: Console) -> N
         f"goodput {_num(summary['goodput_rps'])} req/s "
         f"(SLO met by {_num(summary['slo_attainment'], '.0%')})"
     )
+    client = client_line(summary)
+    if client:
+        console.print(client, markup=False, highlight=False)
     warning = token_count_warning(summary.get("token_count_source"),
                                   summary.get("token_count_sources") or {})
     if warning:

@@ -31,7 +31,6 @@ while the load runs (a telemetry collector) is one more entry in AROUND_LOAD.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import itertools
 import json
@@ -49,11 +48,14 @@ from engines.registry import build_engine
 from engines.synthetic import ByteTokenizer
 from llmperf.errors import UsageError
 from llmperf.hardware.registry import resolve_profile
+from llmperf.measure import event_loop
+from llmperf.measure.client_cpu import client_summary
 from llmperf.measure.loadgen import LoadGenerator, LoadResult, SessionLoad
 from llmperf.measure.metrics import (
     compute_metrics,
     distribution,
     session_metrics,
+    token_count_mismatches,
 )
 from llmperf.measure.records import RecordWriter, RequestRecord
 from llmperf.measure.saturation import SaturationConfig, SaturationDetector
@@ -205,6 +207,7 @@ def drive_load(run: Run) -> None:
                 saturation=saturation,
                 record_tokens=scenario.record_tokens,
                 on_measure_start=open_window,
+                event_loop=scenario.client.event_loop,
             )
             if run.server is not None:
                 stack.enter_context(run.server.watched(pool.stop_sending))
@@ -247,8 +250,9 @@ def drive_in_process(
             scenario.sessions.max_context_tokens or context_tokens(run),
         )
     requests = () if sessions else run.workload.requests()
-    return asyncio.run(
-        loadgen.run(warmup, requests, concurrency, scenario.duration_s, sessions=sessions)
+    return event_loop.run(
+        loadgen.run(warmup, requests, concurrency, scenario.duration_s, sessions=sessions),
+        scenario.client.event_loop,
     )
 
 
@@ -298,7 +302,10 @@ def summarize(run: Run) -> None:
             **saturation_summary(run.load),
             **compute_metrics(run.records, cfg.scenario.slo),
             **session_metrics(run.records, cfg.scenario.prefix.block_tokens),
+            **token_count_mismatches(run.records),
             "event_loop_lag_s": distribution(run.load.loop_lag_s),
+            **client_summary(run.load.client_cpu, run.records, run.load.loop_lag_s,
+                             cfg.scenario.validity.max_client_delay_s),
         },
         origin_unix_s=run.load.origin_unix_s,
         origin_perf_counter_s=run.load.origin_perf_counter_s,

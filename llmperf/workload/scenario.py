@@ -38,16 +38,18 @@ class ValidityConfig:
     min_duration_s: float = option(5.0, "the measured window must last at least this long")
     min_completed: int = option(20, "at least this many measured requests must complete")
     max_error_rate: float = option(0.01, "failed / measured requests may be at most this, in [0, 1]")
-    max_dispatch_lag_p99_s: float = option(0.05, "past it the client, not the engine, set the pace")
-    max_loop_lag_p99_s: float = option(0.05, "the load generator's event loop may wake at most this late (p99)")
-    max_pool_wait_p99_s: float = option(0.01, "an HTTP request may wait at most this long for a pooled connection (p99)")
+    max_client_delay_s: float = option(0.01, "a request is late when its client delay (intended arrival to sent) passes this")
+    max_late_fraction: float = option(0.05, "the share of late requests (and of late event-loop wake-ups) the client may have, in [0, 1]")
+    max_client_cpu_share: float = option(0.75, "the event loop's share of a core past which the client's own CPU is the limit")
+    max_delay_share_of_ttft: float = option(0.05, "on a contended host: mean client delay / mean TTFT past which the delay moved the figures")
 
     def __post_init__(self) -> None:
         check_positive(self, "min_duration_s", "min_completed", allow_none=False, strict=False)
-        check_positive(self, "max_dispatch_lag_p99_s", "max_loop_lag_p99_s", "max_pool_wait_p99_s",
+        check_positive(self, "max_client_delay_s", "max_client_cpu_share", "max_delay_share_of_ttft",
                        allow_none=False)
-        if not 0.0 <= self.max_error_rate <= 1.0:
-            raise ConfigError("max_error_rate", self.max_error_rate, "must be in [0, 1]")
+        for name in ("max_error_rate", "max_late_fraction"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ConfigError(name, getattr(self, name), "must be in [0, 1]")
 
 
 @dataclass
