@@ -59,7 +59,9 @@ class OpenAIEngineConfig(EngineConfig):
         return self.model or model.name
 
     def with_model(self, model: Any) -> OpenAIEngineConfig:
-        return replace(self, model_config=self.model_config or model.path)
+        # A GGUF file (llama.cpp's) is not a shape llmperf reads: engine.model_config names one
+        path = None if model.path is None or str(model.path).endswith(".gguf") else model.path
+        return replace(self, model_config=self.model_config or path)
 
     def metrics_endpoint(self) -> str | None:
         if self.metrics_url == "off":

@@ -130,8 +130,17 @@ def check_job(overrides: list[str], config_name: str = CONFIG_NAME) -> None:
     """Compose one job's config and validate it, as the run will."""
     config = compose_config(overrides, config_name)
     check_inputs(config.scenario)
-    if config.model.path is not None and not Path(config.model.path).expanduser().is_dir():
+    path = None if config.model.path is None else Path(config.model.path).expanduser()
+    if path is not None and _launches_llama_cpp(config):  # llama.cpp serves one GGUF file
+        if not path.is_file():
+            raise UsageError(f"model.path={config.model.path!r}: no such GGUF file")
+    elif path is not None and not path.is_dir():
         raise UsageError(f"model.path={config.model.path!r}: no such checkpoint folder")
+
+
+def _launches_llama_cpp(config) -> bool:
+    launch = getattr(config.engine, "launch", None)
+    return getattr(launch, "family", None) == "llama.cpp"
 
 
 def _check_launcher(override) -> None:

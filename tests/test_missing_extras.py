@@ -37,6 +37,7 @@ BLOCKED = (
     "ray",
     "hydra_plugins.hydra_ray_launcher",
     "datasets",
+    "gguf",
 )
 SITECUSTOMIZE = '''
 import os, pkgutil, sys
@@ -174,6 +175,12 @@ NEEDS_AN_EXTRA = {
         BLOCKED,
         ["llmperf-search: error:", "engine=hf needs transformers", PEERS],
     ),
+    "llmperf-export format=gguf": (
+        "llmperf.export",
+        ["model=tiny", "format=gguf", "out=OUT/tiny.gguf"],
+        BLOCKED,
+        ["llmperf-export format=gguf needs gguf", 'pip install -e ".[llama]"'],
+    ),
     "llmperf engine.launch=llmperf-serve": (
         "llmperf",
         ["engine=openai", "engine.launch=llmperf-serve", "scenario.num_requests=1"],
@@ -186,6 +193,7 @@ NEEDS_AN_EXTRA = {
 @pytest.mark.parametrize("name", NEEDS_AN_EXTRA)
 def test_a_missing_extra_is_one_line_naming_it(without, tmp_path, name):
     module, args, blocked, words = NEEDS_AN_EXTRA[name]
+    args = [a.replace("OUT", str(tmp_path)) for a in args]
     if module == "llmperf" and "-m" not in args:
         args = [*args, f"hydra.run.dir={tmp_path / 'run'}"]
     elif module == "llmperf":

@@ -1,11 +1,24 @@
-"""llama.cpp: `llama-server -m MODEL.gguf`, with `--metrics` on. `model.path` is the GGUF file."""
+"""llama.cpp: `llama-server -m MODEL.gguf`, with `--metrics` on. `model.path` is the GGUF file
+(`llmperf-export format=gguf` writes one). The binary: the one scripts/install-llama-cpp.sh
+builds when it is there, else `llama-server` on PATH."""
 
 from __future__ import annotations
 
+import os
 import subprocess
+from pathlib import Path
 from typing import Any
 
 from engines.launch.base import ServerFamily
+
+DEFAULT_DIR = "~/.cache/llmperf/llama.cpp"
+DIR_VARIABLE = "LLMPERF_LLAMA_CPP_DIR"
+
+
+def built_binary() -> Path:
+    """Where scripts/install-llama-cpp.sh puts llama-server (whether or not it is built)."""
+    root = os.environ.get(DIR_VARIABLE) or DEFAULT_DIR
+    return Path(root).expanduser() / "src" / "build" / "bin" / "llama-server"
 
 
 class LlamaCpp(ServerFamily):
@@ -13,7 +26,11 @@ class LlamaCpp(ServerFamily):
     version_routes = (("/props", "build_info"),)
 
     def default_binary(self) -> str:
-        return "llama-server"
+        built = built_binary()
+        return str(built) if built.is_file() else "llama-server"
+
+    def install_hint(self) -> str:
+        return "; build it with scripts/install-llama-cpp.sh, or set engine.launch.binary"
 
     def default_args(self) -> dict[str, Any]:
         return {"metrics": True}

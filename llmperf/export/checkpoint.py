@@ -42,12 +42,10 @@ class Exported:
 def export_checkpoint(preset: str, out: str | Path, seed: int = 0, force: bool = False) -> Exported:
     """Raise ValueError for an unknown preset, a non-empty `out` (unless `force`), or a
     preset too large for this machine's free memory."""
-    import torch
-
     from engines.reference.presets import get_preset
-    from engines.reference.weights import build_meta_model, materialize, save_checkpoint
+    from engines.reference.weights import save_checkpoint
 
-    cfg = get_preset(preset)
+    get_preset(preset)  # an unknown preset is refused before the folder is looked at
     out = Path(out).expanduser()
     if out.exists() and not out.is_dir():
         raise ValueError(f"out={str(out)!r} is a file, not a folder")
@@ -55,10 +53,7 @@ def export_checkpoint(preset: str, out: str | Path, seed: int = 0, force: bool =
         raise ValueError(
             f"out={str(out)!r} exists and is not empty; pass force=true to write over it"
         )
-    _check_memory(preset, cfg.num_params())
-    cfg = dataclasses.replace(cfg, bos_token_id=BOS_ID, eos_token_ids=(EOS_ID,))
-    tok = train_tokenizer(cfg.vocab_size)
-    model = materialize(build_meta_model(cfg, 16), None, torch.float32, torch.device("cpu"), seed)
+    cfg, tok, model = preset_model(preset, seed)
     out.mkdir(parents=True, exist_ok=True)
     (out / "model.safetensors.index.json").unlink(missing_ok=True)  # a stale sharded export
     save_checkpoint(model, out)
@@ -84,6 +79,23 @@ def export_checkpoint(preset: str, out: str | Path, seed: int = 0, force: bool =
         trained_tokens=trained,
         bytes=sum((out / f).stat().st_size for f in FILES),
     )
+
+
+def preset_model(preset: str, seed: int = 0):
+    """(config, tokenizer, float32 model on the CPU) of a preset as every export writes it:
+    the reference engine's seeded weights, the trained tokenizer's bos/eos ids. ValueError for
+    an unknown preset or one too large for this machine's free memory."""
+    import torch
+
+    from engines.reference.presets import get_preset
+    from engines.reference.weights import build_meta_model, materialize
+
+    cfg = get_preset(preset)
+    _check_memory(preset, cfg.num_params())
+    cfg = dataclasses.replace(cfg, bos_token_id=BOS_ID, eos_token_ids=(EOS_ID,))
+    tok = train_tokenizer(cfg.vocab_size)
+    model = materialize(build_meta_model(cfg, 16), None, torch.float32, torch.device("cpu"), seed)
+    return cfg, tok, model
 
 
 def _check_memory(preset: str, num_params: int) -> None:
