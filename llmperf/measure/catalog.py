@@ -139,6 +139,65 @@ def _client_figures() -> list[Metric]:
     ]
 
 
+STEADY = "llmperf/measure/steady.py:steady_metrics"
+OFFERED = "llmperf/measure/steady.py:offered_rate_metrics"
+
+
+def _steady_figures() -> list[Metric]:
+    """The steady window's figures beside the whole run's, and the rate delivered beside the
+    rate asked (llmperf/measure/steady.py: how the plateau is found)."""
+    st, off = "steady", "offered"
+    window = " over the requests dispatched inside the steady window"
+    per_window = " ÷ `steady_duration_s`"
+    return [
+        _m("steady_window_start_s", "steady window start", "s", NEITHER, "when the in-flight"
+           " count (measured requests dispatched and not yet ended) first reached its plateau:"
+           " a closed loop's concurrency, an open loop's time-weighted median in-flight count"
+           " over its dispatch span (at least 1); seconds from the start of the run", STEADY, st),
+        _m("steady_window_end_s", "steady window end", "s", NEITHER, "the last measured"
+           " dispatch: the tail after it drains with fewer requests in flight", STEADY, st),
+        _m("steady_duration_s", "steady window", "s", NEITHER, "`steady_window_end_s` −"
+           " `steady_window_start_s`", STEADY, st),
+        _m("steady_in_flight", "steady in flight", "requests", NEITHER, "the plateau: the"
+           " in-flight level the steady window starts at", STEADY, st),
+        _m("steady_num_requests", "steady requests", "requests", NEITHER, "measured requests"
+           " dispatched after the window's start, up to its end inclusive; fewer than 2 (or"
+           " fewer than 2 completed) leave the steady figures null, `steady_window_reason` says"
+           " why", STEADY, st),
+        _m("steady_num_completed", "steady requests completed", "requests", NEITHER,
+           "`steady_num_requests` that completed", STEADY, st),
+        _m("steady_ttft_s", "steady TTFT", "s", LOWER, "`ttft_s`" + window, STEADY, st,
+           distribution=True),
+        _m("steady_tpot_s", "steady TPOT", "s", LOWER, "`tpot_s`" + window, STEADY, st,
+           distribution=True),
+        _m("steady_itl_s", "steady ITL", "s", LOWER, "`itl_s`" + window, STEADY, st,
+           distribution=True),
+        _m("steady_e2e_s", "steady E2E", "s", LOWER, "`e2e_s`" + window, STEADY, st,
+           distribution=True),
+        _m("steady_request_throughput_rps", "steady request throughput", "req/s", HIGHER,
+           "completed requests of the steady window" + per_window, STEADY, st),
+        _m("steady_output_throughput_tps", "steady output throughput", "tok/s", HIGHER,
+           "output tokens of the steady window's completed requests" + per_window, STEADY, st),
+        _m("steady_total_throughput_tps", "steady total throughput", "tok/s", HIGHER,
+           "(input + output tokens) of the steady window's completed requests" + per_window,
+           STEADY, st),
+        _m("steady_goodput_rps", "steady goodput", "req/s", HIGHER, "the steady window's"
+           " completed requests that meet every SLO target set" + per_window, STEADY, st),
+        _m("asked_rate_rps", "rate asked", "req/s", NEITHER, "`scenario.arrival.rate_rps` of a"
+           " constant, poisson or gamma process; null for a closed loop, a ramp, a trace,"
+           " offline and sessions", OFFERED, off),
+        _m("offered_rate_rps", "rate offered", "req/s", NEITHER, "what the load generator"
+           " delivered: (measured dispatches − 1) ÷ the span from the first to the last"
+           " measured dispatch; closed loops too", OFFERED, off),
+        _m("scheduled_rate_rps", "rate scheduled", "req/s", NEITHER, "the same over the"
+           " intended arrivals: the rate the schedule itself drew (a short Poisson schedule"
+           " misses the asked rate by chance); null for a closed loop", OFFERED, off),
+        _m("offered_rate_error_pct", "offered rate error", "%", NEITHER, "(`offered_rate_rps`"
+           " ÷ `asked_rate_rps` − 1) × 100; past ±5 the `offered_rate_held` warning", OFFERED,
+           off),
+    ]
+
+
 def _declare() -> list[Metric]:
     lat, thr, cnt = "latency", "throughput", "counts"
     metrics = [
@@ -253,6 +312,7 @@ def _declare() -> list[Metric]:
         _m("saturated_at_rps", "saturated at", "req/s", NEITHER, "the offered rate at which"
            " the engine's queue grew without bound and the run stopped early (open loop with"
            " `scenario.saturation.enabled`)", "llmperf/run/runner.py:saturation_summary", thr),
+        *_steady_figures(),
     ]
     window, split = "llmperf/serverside/window.py:window_summary", \
         "llmperf/serverside/decomposition.py:decompose"

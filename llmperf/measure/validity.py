@@ -257,6 +257,32 @@ def server_alive(summary: dict[str, Any], criteria: ValidityConfig) -> Check:
     return Check("server_alive", True, f"{server['family']} ran to the end")
 
 
+# The offered rate may miss the rate asked by this share before the run warns.
+MAX_OFFERED_RATE_ERROR_PCT = 5.0
+
+
+def offered_rate_held(summary: dict[str, Any], criteria: ValidityConfig) -> Check:
+    """The load generator delivered the rate asked, within 5% (a warning; see
+    llmperf/measure/steady.py). The intended arrivals' own rate says whose the gap is: a short
+    random schedule's draw, or a client that sent late."""
+    asked, offered = summary.get("asked_rate_rps"), summary.get("offered_rate_rps")
+    error = summary.get("offered_rate_error_pct")
+    if asked is None or offered is None or error is None:
+        return Check("offered_rate_held", True, "not measured (no single rate asked: closed loop,"
+                     " ramp, trace, offline or sessions)", blocking=False)
+    detail = f"offered {offered:.4g} req/s against {asked:.4g} asked ({error:+.1f}%)"
+    scheduled = summary.get("scheduled_rate_rps")
+    ok = abs(error) <= MAX_OFFERED_RATE_ERROR_PCT
+    if not ok and scheduled is not None:
+        drawn = 100.0 * (scheduled / asked - 1.0)
+        detail += (f"; the schedule itself drew {scheduled:.4g} req/s ({drawn:+.1f}%): "
+                   + ("a short random schedule, run more requests"
+                      if abs(drawn) > MAX_OFFERED_RATE_ERROR_PCT
+                      else "the client sent late (see client_kept_up)"))
+    return Check("offered_rate_held", ok,
+                 detail + f"; expected within ±{MAX_OFFERED_RATE_ERROR_PCT:g}%", blocking=False)
+
+
 CHECKS: list[Callable[[dict[str, Any], ValidityConfig], Check]] = [
     warmup_done,
     min_duration,
@@ -271,6 +297,7 @@ CHECKS: list[Callable[[dict[str, Any], ValidityConfig], Check]] = [
     split_closes,
     prefix_cache_unexpected,
     server_alive,
+    offered_rate_held,
 ]
 
 

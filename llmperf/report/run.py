@@ -14,6 +14,7 @@ from llmperf.report.plotting import Plot, clear_plots, render
 from llmperf.report.render import write_page
 from llmperf.report.run_plots import RUN_PLOTS
 from llmperf.report.session_plots import SESSION_PLOTS, has_sessions
+from llmperf.report.steady import rate_line, steady_note, steady_rows
 
 REPORT_FILE = "report.html"
 
@@ -88,6 +89,9 @@ def build_run_report(run_dir: Path) -> Path:
         stats=STAT_KEYS,
         latency_rows=figures.latency_rows(run.summary),
         from_records=run.summary_from_records,
+        steady_rows=steady_rows(run.summary),
+        steady_note=steady_note(run.summary),
+        rate_line=rate_line(run.summary),
         sections=figures.sections(run.summary),
         plots=run_plots(run, run_dir),
         server_family=run.summary.get("server_family"),

@@ -75,6 +75,31 @@ def client_line(summary: dict[str, Any]) -> str | None:
             f"cores in all" + (f"   {late:.1%} of requests sent late" if late else ""))
 
 
+def steady_lines(summary: dict[str, Any]) -> list[str]:
+    """The steady window's key figures (or why it has none) and the rate offered against asked."""
+    lines = []
+    if "steady_window_reason" in summary:
+        reason = summary["steady_window_reason"]
+        if reason:
+            lines.append(f"steady      no steady-window figures: {reason}")
+        else:
+            ttft, tpot = summary.get("steady_ttft_s") or {}, summary.get("steady_tpot_s") or {}
+            lines.append(
+                f"steady      {_num(summary['steady_window_start_s'])}-"
+                f"{_num(summary['steady_window_end_s'])} s, {summary['steady_num_requests']}"
+                f" requests at {summary['steady_in_flight']} in flight:   TTFT p50 "
+                f"{_ms(ttft, 'median')} p99 {_ms(ttft, 'p99')} ms   TPOT p50 {_ms(tpot, 'median')}"
+                f" ms   {_num(summary.get('steady_request_throughput_rps'))} req/s   "
+                f"{_num(summary.get('steady_output_throughput_tps'), '.1f')} output tok/s")
+    offered = summary.get("offered_rate_rps")
+    if offered is not None:
+        asked, error = summary.get("asked_rate_rps"), summary.get("offered_rate_error_pct")
+        lines.append(f"rate        offered {offered:.2f} req/s" + (
+            f", asked {asked:.2f} req/s ({error:+.1f}%)" if asked is not None and error is not None
+            else ", no single rate asked"))
+    return lines
+
+
 def print_summary(summary: dict[str, Any], run_dir: Path, console: Console) -> None:
     heading = (
         f"{summary['scenario']['name']} on {summary['engine']['name']} / {summary['model'].get('label') or summary['model']['name']}: "
@@ -97,6 +122,8 @@ def print_summary(summary: dict[str, Any], run_dir: Path, console: Console) -> N
         f"goodput {_num(summary['goodput_rps'])} req/s "
         f"(SLO met by {_num(summary['slo_attainment'], '.0%')})"
     )
+    for line in steady_lines(summary):
+        console.print(line, markup=False, highlight=False)
     client = client_line(summary)
     if client:
         console.print(client, markup=False, highlight=False)

@@ -59,6 +59,7 @@ from llmperf.measure.metrics import (
 )
 from llmperf.measure.records import RecordWriter, RequestRecord
 from llmperf.measure.saturation import SaturationConfig, SaturationDetector
+from llmperf.measure.steady import offered_rate_metrics, steady_metrics
 from llmperf.measure.summary import Summary
 from llmperf.measure.validity import check_validity
 from llmperf.measure.workers import WorkerPool
@@ -301,6 +302,8 @@ def summarize(run: Run) -> None:
         figures={
             **saturation_summary(run.load),
             **compute_metrics(run.records, cfg.scenario.slo),
+            **steady_metrics(run.records, cfg.scenario.slo, closed_loop_concurrency(run)),
+            **offered_rate_metrics(run.records, cfg.scenario.arrival, run.workload.has_sessions),
             **session_metrics(run.records, cfg.scenario.prefix.block_tokens),
             **token_count_mismatches(run.records),
             "event_loop_lag_s": distribution(run.load.loop_lag_s),
@@ -311,6 +314,11 @@ def summarize(run: Run) -> None:
         origin_perf_counter_s=run.load.origin_perf_counter_s,
         measure_start_s=run.load.measure_start_s,
     ).to_dict()
+
+
+def closed_loop_concurrency(run: Run) -> int | None:
+    """The closed loop's concurrency (its steady window's plateau); None for an open loop."""
+    return run.config.scenario.arrival.concurrency if run.workload.closed_loop else None
 
 
 def judge_validity(run: Run) -> None:
