@@ -138,6 +138,7 @@ class SyntheticEngine:
 
 
 async def _sleep_until(deadline_s: float) -> None:
-    delay_s = deadline_s - time.perf_counter()
-    if delay_s > 0:
+    # Again until the deadline has passed: uvloop's timers count whole milliseconds of a clock
+    # read once per loop iteration, so a sleep may end up to a millisecond early.
+    while (delay_s := deadline_s - time.perf_counter()) > 0:
         await asyncio.sleep(delay_s)
