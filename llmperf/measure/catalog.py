@@ -136,6 +136,9 @@ def _client_figures() -> list[Metric]:
         _m("event_loop_late_fraction", "late event-loop wake-ups", "fraction", LOWER, "event-loop"
            " lag probes (`event_loop_lag_s`) past `scenario.validity.max_client_delay_s` /"
            " probes: a late loop delays sends and stamps receipts late alike", CLIENT, c),
+        _m("event_loop_late_probes", "late event-loop wake-ups, count", "samples", LOWER, "the"
+           " probes counted in `event_loop_late_fraction`; the verdict weighs that share from"
+           " 3 late probes on", CLIENT, c),
     ]
 
 

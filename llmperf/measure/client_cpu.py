@@ -108,6 +108,7 @@ def client_summary(processes: list[ProcessCpu], records: list[RequestRecord],
     its run-queue wait, each request's client delay with the share past `max_delay_s`, and
     the share of event-loop lag probes past it too (a late loop stamps receipts late)."""
     measured = [r for r in records if not r.warmup]
+    late_probes = sum(lag > max_delay_s for lag in loop_lag_s)
     delays = [client_delay_s(r) for r in measured]
     late = [r for r, d in zip(measured, delays, strict=True) if d > max_delay_s]
     pool_late = [r for r in late if (r.pool_wait_s or 0.0) > max_delay_s]
@@ -127,7 +128,6 @@ def client_summary(processes: list[ProcessCpu], records: list[RequestRecord],
         "client_late_fraction": len(late) / len(measured) if measured else None,
         "client_pool_late_fraction": len(pool_late) / len(measured) if measured else None,
         "client_max_in_flight": max_in_flight(measured) if measured else None,
-        "event_loop_late_fraction": (
-            sum(lag > max_delay_s for lag in loop_lag_s) / len(loop_lag_s) if loop_lag_s else None
-        ),
+        "event_loop_late_fraction": late_probes / len(loop_lag_s) if loop_lag_s else None,
+        "event_loop_late_probes": late_probes,
     }
