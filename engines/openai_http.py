@@ -39,21 +39,20 @@ the network and the server's work before it answers (`headers_wait_s`).
 from __future__ import annotations
 
 import asyncio
-import json
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 import orjson
 
 from engines.base import EngineCapabilities, Request, TokenEvent, Tokenizer
 from engines.channel import EventChannel, EventMailbox
+from engines.client_tokenizer import load_client_tokenizer
 from engines.openai_options import OpenAIEngineConfig
 from engines.openai_stream import ChunkIds, ServerError, SSEDecoder, StreamState, error_message
-from engines.reference.tokenizer import BYTE_OFFSET, ByteTokenizer, HFTokenizer
+from engines.reference.tokenizer import ByteTokenizer
 from engines.served_model import served_model
 from engines.transports import TRANSPORTS
 from engines.transports.base import RequestTiming, Transport, TransportSettings
@@ -395,26 +394,6 @@ class OpenAIEngine:
     def local_count_source(self) -> str:
         """How this client counts tokens the server did not: a tokenizer.json, else bytes."""
         return "bytes" if isinstance(self.tokenizer, ByteTokenizer) else "tokenizer"
-
-
-def load_client_tokenizer(path: str | None) -> Tokenizer:
-    """A tokenizer.json (a file, or a folder holding one); None: bytes as ids 3..258."""
-    if path is None:
-        return ByteTokenizer(256 + BYTE_OFFSET)
-    file = Path(path).expanduser()
-    if file.is_dir():
-        file = file / "tokenizer.json"
-    if not file.is_file():
-        raise FileNotFoundError(f"tokenizer {path!r}: no tokenizer.json there")
-    return HFTokenizer(file, None, _eos_token_ids(file.parent))
-
-
-def _eos_token_ids(folder: Path) -> tuple[int, ...]:
-    config = folder / "config.json"
-    if not config.is_file():
-        return ()
-    eos = json.loads(config.read_text(encoding="utf-8")).get("eos_token_id")
-    return tuple(eos) if isinstance(eos, list) else (() if eos is None else (eos,))
 
 
 def _running_here(loop: asyncio.AbstractEventLoop) -> bool:
