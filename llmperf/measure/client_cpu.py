@@ -28,6 +28,7 @@ from typing import Any
 
 from llmperf.measure.metrics import distribution
 from llmperf.measure.records import RequestRecord
+from llmperf.measure.steady import in_flight_curve
 
 SCHEDSTAT = Path("/proc/thread-self/schedstat")
 
@@ -94,12 +95,7 @@ def client_delay_s(record: RequestRecord) -> float:
 
 def max_in_flight(records: list[RequestRecord]) -> int:
     """The most requests in flight at once (dispatched, not ended)."""
-    edges = sorted([(r.dispatch_s, 1) for r in records] + [(r.end_s, -1) for r in records])
-    peak = current = 0
-    for _, step in edges:
-        current += step
-        peak = max(peak, current)
-    return peak
+    return max((n for _, n in in_flight_curve(records)), default=0)
 
 
 def client_summary(processes: list[ProcessCpu], records: list[RequestRecord],
