@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from llmperf.gate.checkout import side_trees
 from llmperf.gate.cli import main
 from tests.gate_fake_repo import commit_version, git, make_repo, order, read
 
@@ -98,6 +99,29 @@ def test_the_working_tree_is_the_default_head_uncommitted_changes_included(repo,
     assert results["decode_step_p10_s"]["change"] == pytest.approx(0.20, abs=0.015)
 
 
+def test_both_sides_run_from_sibling_trees_made_alike_the_working_trees_state_copied(repo):
+    base = commit_version(repo, "v1")
+    (repo / ".gitignore").write_text("ignored.txt\n")
+    (repo / "gone.txt").write_text("tracked, then deleted\n")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "files")
+    main_py = repo / "llmperf" / "__main__.py"
+    main_py.write_text(main_py.read_text() + "# changed\n")
+    (repo / "llmperf" / "new.py").write_text("untracked = True\n")
+    (repo / "ignored.txt").write_text("ignored\n")
+    (repo / "gone.txt").unlink()
+    with side_trees(repo, base, None) as (base_tree, head_tree):
+        assert base_tree.parent == head_tree.parent
+        assert len(str(base_tree)) == len(str(head_tree))  # one environment size on both sides
+        assert (head_tree / "llmperf" / "__main__.py").read_text() == main_py.read_text()
+        assert (head_tree / "llmperf" / "new.py").read_text() == "untracked = True\n"
+        assert not (head_tree / "gone.txt").exists() and not (head_tree / "ignored.txt").exists()
+        assert "# changed" not in (base_tree / "llmperf" / "__main__.py").read_text()
+        assert not (base_tree / "gone.txt").exists()  # the base is v1, before the file came
+    assert not base_tree.parent.exists()
+    assert git(repo, "worktree", "list").count("\n") == 0
+
+
 def test_an_invalid_run_fails_with_its_reason_unless_allowed(repo, tmp_path, capsys):
     base = commit_version(repo, "v1")
     args = ["ab", "--base", base, "--pairs", "5", *FIGURES, "--", "valid=false"]
@@ -159,7 +183,7 @@ def test_a_terminated_ab_removes_its_worktrees(repo, tmp_path):
     deadline = time.monotonic() + 60
     while "pair 1/5" not in (line := proc.stdout.readline()) and time.monotonic() < deadline:
         assert line, proc.stderr.read()
-    assert git(repo, "worktree", "list").count("\n") == 1  # the base's, while it runs
+    assert git(repo, "worktree", "list").count("\n") == 2  # the base's and the head's, while it runs
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=60) == 128 + signal.SIGTERM
     assert git(repo, "worktree", "list").count("\n") == 0

@@ -155,3 +155,31 @@ def test_the_gate_writes_the_current_medians_for_the_history(tmp_path):
     figures = json.loads((tmp_path / "f.json").read_text())
     assert figures["commit"] == "0123456789abcdef0123" and figures["dirty"] is False
     assert figures["figures"] == {"output_throughput_tps": 100.0}
+
+
+def test_of_several_baselines_the_one_recorded_on_this_device_gates(tmp_path, capsys):
+    xeon, epyc = tmp_path / "xeon.json", tmp_path / "epyc.json"
+    for path, cpu, tps in ((xeon, "Intel(R) Xeon(R) Processor", 100.0), (epyc, "AMD EPYC", 140.0)):
+        run = write_run(tmp_path / path.stem, summary(output_throughput_tps=tps))
+        _environment(run, cpu)
+        assert main(["--baseline", str(path), "--current", str(run), "--update",
+                     "--metric", "output_throughput_tps:-5%"]) == 0
+    on_epyc = write_run(tmp_path / "now", summary(output_throughput_tps=120.0))
+    _environment(on_epyc, "AMD EPYC")
+    capsys.readouterr()
+    # 120 is 14% under the EPYC baseline (a regression) though 20% over the Xeon one
+    assert main(["--baseline", str(xeon), str(epyc), "--current", str(on_epyc)]) == 1
+    out = capsys.readouterr().out
+    assert "baseline: commit 0123456789ab, torch 2.13.0+cpu, AMD EPYC, 2 threads" in out
+    assert "not comparable" not in out
+
+    elsewhere = write_run(tmp_path / "elsewhere", summary(output_throughput_tps=120.0))
+    _environment(elsewhere, "Ampere Altra")
+    assert main(["--baseline", str(xeon), "--baseline", str(epyc), "--current", str(elsewhere)]) == 0
+    out = capsys.readouterr().out
+    assert (f"warning: no baseline of 2 was recorded on 'Ampere Altra' (they were:"
+            f" 'Intel(R) Xeon(R) Processor', 'AMD EPYC'); gated against {xeon}") in out
+    assert "the baseline's device is 'Intel(R) Xeon(R) Processor'" in out
+
+    assert main(["--baseline", str(xeon), str(epyc), "--current", str(elsewhere), "--update"]) == 2
+    assert "give the one --baseline FILE to write" in capsys.readouterr().err

@@ -26,7 +26,7 @@ from llmperf.gate.ab_figures import (
 )
 from llmperf.gate.ab_verdict import ABResult, change_text, judge_figure
 from llmperf.gate.baseline import Baseline
-from llmperf.gate.checkout import dirty_files, repo_root, resolve_commit, worktree
+from llmperf.gate.checkout import dirty_files, repo_root, resolve_commit, side_trees
 from llmperf.gate.compare import IMPROVED, REGRESSION, WITHIN_NOISE
 from llmperf.gate.errors import GateError
 from llmperf.gate.history import write_figures
@@ -106,9 +106,9 @@ def run(args: argparse.Namespace) -> int:
     out = fresh_folder(args.out or Path("reports/ab") / stamp)
     with contextlib.ExitStack() as stack:
         stack.enter_context(terminated_as_exit())
-        base = Side("base", stack.enter_context(worktree(root, base_commit)), base_commit,
-                    f"base {base_ref} ({base_commit[:12]})")
-        head = head_side(stack, root, args.head, head_commit)
+        base_tree, head_tree = stack.enter_context(side_trees(root, base_commit, head_commit))
+        base = Side("base", base_tree, base_commit, f"base {base_ref} ({base_commit[:12]})")
+        head = head_side(root, head_tree, args.head, head_commit)
         print(f"A/B: {base.label} against {head.label}, {args.pairs} pairs, into {out}",
               flush=True)
         pairs = run_pairs(base, head, overrides, args.pairs, out,
@@ -143,14 +143,12 @@ def base_from_baseline(root: Path, path: Path, fallback: str) -> str:
     return commit
 
 
-def head_side(stack: contextlib.ExitStack, root: Path, ref: str | None,
-              commit: str | None) -> Side:
+def head_side(root: Path, tree: Path, ref: str | None, commit: str | None) -> Side:
     if ref is None:
         at = resolve_commit(root, "HEAD")[:12]
         changes = " + uncommitted changes" if dirty_files(root) else ""
-        return Side("head", root, None, f"head (working tree at {at}{changes})")
-    return Side("head", stack.enter_context(worktree(root, commit)), commit,
-                f"head {ref} ({commit[:12]})")
+        return Side("head", tree, None, f"head (working tree at {at}{changes})")
+    return Side("head", tree, commit, f"head {ref} ({commit[:12]})")
 
 
 def judge_pairs(pairs: Sequence[Pair], figures: list[Figure], tolerance: float,

@@ -49,16 +49,45 @@ def dirty_files(root: Path) -> list[str]:
 
 
 @contextlib.contextmanager
-def worktree(root: Path, commit: str) -> Iterator[Path]:
-    """A detached worktree of `commit`, removed (and pruned) on the way out, even on Ctrl-C."""
+def side_trees(root: Path, base_commit: str, head_commit: str | None) -> Iterator[tuple[Path, Path]]:
+    """The two sides' code as sibling worktrees of one temporary folder, `base` and `head`,
+    removed (and pruned) on the way out, even on Ctrl-C. `head_commit` None: the working tree
+    as it is, uncommitted and untracked (not ignored) files included, copied over a worktree
+    of HEAD.
+
+    Both sides run from trees made the same way: paths of one length, on one filesystem,
+    neither with compiled bytecode of earlier runs. Run from the working tree itself, the head
+    read 1-4% apart from its identical base (docs/gate.md, "Calibration"): its paths, and so
+    every run's environment and the interpreter's memory layout, differ from the base's.
+    """
     parent = Path(tempfile.mkdtemp(prefix="llmperf-gate-"))
-    path = parent / commit[:12]
-    git(root, "worktree", "add", "--detach", "--quiet", str(path), commit)
+    made: list[Path] = []
     try:
-        yield path
+        for name, commit in (("base", base_commit), ("head", head_commit)):
+            path = parent / name
+            git(root, "worktree", "add", "--detach", "--quiet", str(path),
+                commit or resolve_commit(root, "HEAD"))
+            made.append(path)
+        if head_commit is None:
+            copy_changes(root, parent / "head")
+        yield parent / "base", parent / "head"
     finally:
-        with contextlib.suppress(GateError):
-            git(root, "worktree", "remove", "--force", str(path))
+        for path in made:
+            with contextlib.suppress(GateError):
+                git(root, "worktree", "remove", "--force", str(path))
         shutil.rmtree(parent, ignore_errors=True)
         with contextlib.suppress(GateError):
             git(root, "worktree", "prune")
+
+
+def copy_changes(root: Path, tree: Path) -> None:
+    """Make `tree` (a worktree of HEAD) hold what `root`'s working tree holds: its modified and
+    untracked, not ignored, files copied over, its deleted ones removed."""
+    listed = git(root, "ls-files", "-z", "--modified", "--others", "--exclude-standard")
+    for name in filter(None, listed.split("\0")):
+        source, target = root / name, tree / name
+        if source.is_file():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, target)
+        elif not source.exists():
+            target.unlink(missing_ok=True)

@@ -10,6 +10,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 from statistics import median
+from typing import Any
 
 from llmperf.gate.baseline import (
     Baseline,
@@ -55,8 +56,10 @@ class _Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="llmperf-gate",
                 description="Compare a run's or sweep's figures with a committed baseline.")
-    p.add_argument("--baseline", required=True, type=Path, metavar="FILE",
-                   help="baseline JSON, e.g. reports/baselines/ci-cpu.json")
+    p.add_argument("--baseline", required=True, type=Path, action="extend", nargs="+",
+                   metavar="FILE",
+                   help="baseline JSON, e.g. reports/baselines/ci-cpu.json; several: the one"
+                        " recorded on the current runs' device model is used, else the first")
     p.add_argument("--current", required=True, action="append", type=Path, metavar="DIR",
                    help="run or sweep folder; give the flag once per repeat")
     p.add_argument("--metric", action="append", default=[], metavar="NAME[:TOL]",
@@ -96,9 +99,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    old = None if args.update and not args.baseline.exists() else Baseline.load(args.baseline)
-    metrics = chosen_metrics(args.metric, old, args.update)
     repeats = [(path, load_jobs(path)) for path in args.current]
+    now = machine_facts(repeats[0][1][0])
+    baseline_path, old, choice = pick_baseline(args.baseline, now, args.update)
+    metrics = chosen_metrics(args.metric, old, args.update)
     current = {spec.name: [evaluate(spec, jobs, path) for path, jobs in repeats]
                for spec, _ in metrics}
     invalid = [note for _, jobs in repeats for job in jobs for note in validity_notes(job)]
@@ -108,17 +112,17 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_REGRESSION
     warnings = list(invalid)
     if args.update:
-        return write_baseline(args, metrics, current, repeats, warnings)
+        return write_baseline(args, baseline_path, metrics, current, repeats, warnings)
+    warnings += choice
 
     results = []
     for spec, tolerance in metrics:
         entry = old.entries.get(spec.name)
         if entry is None:
-            raise GateError(f"baseline {args.baseline} has no values for {spec.name};"
+            raise GateError(f"baseline {baseline_path} has no values for {spec.name};"
                             " record them with --update")
         results.append(judge(spec, tolerance, entry.values, current[spec.name]))
     warnings += provenance_mismatches(old.source, repeats[0][1][0])
-    now = machine_facts(repeats[0][1][0])
     warnings += machine_mismatches(old.source.get("machine") or {}, now)
     origin = [f"baseline: {describe(old.source.get('machine') or {})}",
               f"current:  {describe(now)}"]
@@ -126,9 +130,36 @@ def run(args: argparse.Namespace) -> int:
     if args.figures:
         write_figures(args.figures, now, {r.spec.name: median(r.current) for r in results})
     if args.markdown:
-        write_text(args.markdown, markdown(results, warnings, str(args.baseline), old,
+        write_text(args.markdown, markdown(results, warnings, str(baseline_path), old,
                                            [str(p) for p in args.current]))
     return EXIT_REGRESSION if any(r.is_regression for r in results) else EXIT_PASS
+
+
+def pick_baseline(paths: list[Path], now: dict[str, Any], update: bool
+                  ) -> tuple[Path, Baseline | None, list[str]]:
+    """The baseline recorded on the current runs' device model, else the first given, and a
+    note when none was: a within-run ratio (int8 / bf16 step time, continuous / static
+    throughput) depends on the CPU's instruction set, so each device model the gate meets
+    gets its own baseline. --update writes the one given, or the one of this device."""
+    device = now.get("device")
+    loaded = [(p, None if update and not p.exists() else Baseline.load(p)) for p in paths]
+    for path, baseline in loaded:
+        if baseline is not None and device and baseline_device(baseline) == device:
+            return path, baseline, []
+    if update and len(paths) > 1:
+        raise GateError(f"none of the {len(paths)} baselines was recorded on {device!r}:"
+                        " give the one --baseline FILE to write")
+    path, baseline = loaded[0]
+    if len(paths) == 1 or baseline is None:
+        return path, baseline, []
+    recorded = ", ".join(repr(baseline_device(b)) for _, b in loaded if b is not None)
+    return path, baseline, [f"no baseline of {len(paths)} was recorded on {device!r} (they were:"
+                            f" {recorded}); gated against {path}. Record one on this device"
+                            " (reports/baselines/README.md) and pass it too"]
+
+
+def baseline_device(baseline: Baseline) -> str | None:
+    return (baseline.source.get("machine") or {}).get("device")
 
 
 def chosen_metrics(metric_args: list[str], old: Baseline | None, update: bool = False
@@ -156,7 +187,7 @@ def chosen_metrics(metric_args: list[str], old: Baseline | None, update: bool = 
     return list(chosen.values())
 
 
-def write_baseline(args: argparse.Namespace, metrics: list[tuple[MetricSpec, Tolerance]],
+def write_baseline(args: argparse.Namespace, path: Path, metrics: list[tuple[MetricSpec, Tolerance]],
                    current: dict[str, list[float]], repeats: list[tuple[Path, list[Job]]],
                    warnings: list[str]) -> int:
     facts = machine_facts(repeats[0][1][0])
@@ -166,9 +197,9 @@ def write_baseline(args: argparse.Namespace, metrics: list[tuple[MetricSpec, Tol
                         " (or --allow-dirty)")
     entries = {spec.name: BaselineEntry(spec, tol, current[spec.name]) for spec, tol in metrics}
     baseline = Baseline(entries, {**provenance(repeats), "machine": facts}, now_iso())
-    baseline.save(args.baseline)
+    baseline.save(path)
     table = baseline_table(baseline)
-    done = f"wrote {args.baseline}: {len(entries)} metrics from {len(repeats)} repeats"
+    done = f"wrote {path}: {len(entries)} metrics from {len(repeats)} repeats"
     print("\n".join([table, *(f"warning: {w}" for w in warnings), done]))
     if args.markdown:
         write_text(args.markdown, f"### llmperf-gate: baseline updated\n\n{done}.\n\n"
