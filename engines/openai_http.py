@@ -1,5 +1,9 @@
 """An engine that streams from any OpenAI-compatible server: vLLM, SGLang, TGI, llama.cpp, llmperf-serve.
 
+What differs between APIs (the path, the body, the key's header, the stream's events) is the
+endpoint's (`engine.endpoint`, engines/endpoints/: completions, chat, responses, messages,
+embeddings); this module is the request's path: the connection, the timing and the final event.
+
 HTTP goes through a transport (`engine.transport`: aiohttp, the default, or httpx;
 engines/transports/), one client per event loop with keep-alive connections, as many as
 `max_connections`. By default it runs on the load generator's own loop: each chunk is read,
@@ -50,6 +54,7 @@ import orjson
 from engines.base import EngineCapabilities, Request, TokenEvent, Tokenizer
 from engines.channel import EventChannel, EventMailbox
 from engines.client_tokenizer import load_client_tokenizer
+from engines.endpoints import ENDPOINTS
 from engines.openai_options import OpenAIEngineConfig
 from engines.openai_stream import ChunkIds, ServerError, SSEDecoder, StreamState, error_message
 from engines.reference.tokenizer import ByteTokenizer
@@ -57,7 +62,6 @@ from engines.served_model import served_model
 from engines.transports import TRANSPORTS
 from engines.transports.base import RequestTiming, Transport, TransportSettings
 
-ENDPOINT_PATHS = {"completions": "completions", "chat": "chat/completions", "embeddings": "embeddings"}
 STOP_TIMEOUT_S = 10.0
 DONE = b"[DONE]"
 
@@ -91,7 +95,9 @@ class OpenAIEngine:
         self.served = served_model(opts.model_config, opts.tokenizer, opts.precision)
         self.stream_responses = opts.stream
         self.n, self.best_of = opts.n, opts.best_of
-        self.url = f"{self.base_url}/{ENDPOINT_PATHS[opts.endpoint]}"
+        # The API spoken (engines/endpoints/): its path, bodies, headers and events
+        self.api = ENDPOINTS.get(opts.endpoint)(model, opts, self.tokenizer)
+        self.url = f"{self.base_url}/{self.api.path}"
         self.transport_name = opts.transport
         self._transport_class = TRANSPORTS.get(opts.transport)
         self.http_thread = opts.http_thread
@@ -214,9 +220,8 @@ class OpenAIEngine:
         loop = asyncio.get_running_loop()
         transport = self._transports.get(loop)
         if transport is None:
-            headers = {"Content-Type": "application/json"}
-            if self.api_key:
-                headers["Authorization"] = f"Bearer {self.api_key}"
+            headers = {"Content-Type": "application/json", **self.api.auth_headers(self.api_key),
+                       **(self.opts.headers or {})}
             transport = self._transport_class(TransportSettings(
                 self.max_connections, self.connect_timeout_s, self.request_timeout_s, headers))
             self._transports[loop] = transport
@@ -242,10 +247,9 @@ class OpenAIEngine:
                     if response.status >= 400:
                         raise ServerError(f"HTTP {response.status}: {error_message(await response.read())}")
                     if not self.streaming:
-                        state.on_whole(orjson.loads(await response.read()), self.endpoint,
-                                       time.perf_counter())
+                        self.api.on_whole(state, orjson.loads(await response.read()), time.perf_counter())
                     else:
-                        decoder, chunk_ids, on_chunk = SSEDecoder(), self._chunk_ids, state.on_chunk
+                        decoder, chunk_ids, on_chunk = SSEDecoder(), self._chunk_ids, self.api.parser(state)
                         async for data in response.chunks():
                             now = time.perf_counter()
                             for payload in decoder.feed(data):
@@ -312,55 +316,15 @@ class OpenAIEngine:
 
     @property
     def streaming(self) -> bool:
-        return self.stream_responses and self.endpoint != "embeddings"
+        return self.api.stream
 
     @property
     def response_kind(self) -> str:
         """engines.base.RESPONSES: how this client's responses come."""
-        if self.endpoint == "embeddings":
-            return "embedding"
-        return "stream" if self.streaming else "whole"
+        return "stream" if self.streaming else self.api.whole_kind
 
     def _body(self, request: Request) -> dict[str, Any]:
-        s = request.sampling
-        if self.endpoint == "embeddings":
-            return {"model": self.model, "input": self._prompt(request), "encoding_format": "float"}
-        body: dict[str, Any] = {
-            "model": self.model,
-            "max_tokens": request.max_tokens,
-            "temperature": s.temperature,
-            "top_p": s.top_p,
-            "stream": self.stream_responses,
-        }
-        if self.stream_responses:
-            body["stream_options"] = {"include_usage": True}
-        if self.n != 1:
-            body["n"] = self.n
-        if self.best_of is not None:
-            body["best_of"] = self.best_of
-        if s.top_k:
-            body["top_k"] = s.top_k
-        if s.seed is not None:
-            body["seed"] = s.seed
-        if s.ignore_eos:
-            body["ignore_eos"] = True  # an extra field; vLLM, SGLang, llmperf-serve honour it
-        if s.stop_token_ids:
-            body["stop_token_ids"] = list(s.stop_token_ids)
-        if self.endpoint == "chat":
-            body["messages"] = [{"role": "user", "content": self._prompt_text(request)}]
-        else:
-            body["prompt"] = self._prompt(request)
-        return body
-
-    def _prompt(self, request: Request) -> str | list[int]:
-        if self.prompt_format == "token_ids" and request.prompt_token_ids is not None:
-            return list(request.prompt_token_ids)
-        return self._prompt_text(request)
-
-    def _prompt_text(self, request: Request) -> str:
-        if request.prompt_text is not None:
-            return request.prompt_text
-        return self.tokenizer.decode(list(request.prompt_token_ids))
+        return self.api.body(request)
 
     def _final_event(self, request: Request, state: StreamState) -> TokenEvent:
         now = time.perf_counter()
@@ -369,7 +333,7 @@ class OpenAIEngine:
         usage = state.usage or {}
         num_output = usage.get("completion_tokens")
         num_prompt = usage.get("prompt_tokens")
-        if self.endpoint == "embeddings":
+        if not self.api.has_output:
             num_output = 0  # an embedding has no output tokens
         source = "server usage"
         if num_output is None or num_prompt is None:
@@ -388,6 +352,8 @@ class OpenAIEngine:
             num_output_tokens=num_output,
             received_s=now,
             token_count_source=source,
+            # another API's usage, normalized by its endpoint; chat's details as llmperf-serve sends them
+            image_tokens=usage.get("image_tokens", (usage.get("prompt_tokens_details") or {}).get("image_tokens")),
         )
 
     @property

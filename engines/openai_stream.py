@@ -126,6 +126,16 @@ class StreamState:
             self.arrivals += 1
         return events
 
+    def token(self, text: str, now: float, tokenizer: Tokenizer | ChunkIds,
+              reasoning: bool = False) -> TokenEvent:
+        """One token-carrying event of an API whose events hold one piece of text each
+        (Responses, Messages): its ids are the local tokenizer's, as for a chunk."""
+        self.texts.append(text)
+        self.arrivals += 1
+        ids = tuple(tokenizer.encode(text)) if text else ()
+        return TokenEvent(self.request.id, ids or (UNKNOWN_TOKEN_ID,), now, text=text,
+                          received_s=now, reasoning=reasoning)
+
     def on_whole(self, body: dict[str, Any], endpoint: str, now: float) -> None:
         """A whole response: its choices' text (or its embedding) and usage."""
         if "error" in body:

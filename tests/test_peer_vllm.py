@@ -72,7 +72,9 @@ def test_every_name_of_the_vllm_mapping_is_exported_by_vllm(vllm_server):
     base_url, _ = vllm_server
     text = httpx.get(f"{base_url}/metrics", timeout=10).text
     names = {f.name for f in text_string_to_metric_families(text)}
-    assert set(FAMILIES["vllm"].metrics.values()) <= names
+    # the spec-decode counters exist only when vLLM runs a speculative config
+    always = {m for figure, m in FAMILIES["vllm"].metrics.items() if not figure.startswith("spec_decode_")}
+    assert always <= names
 
 
 def test_the_client_ttft_splits_into_vllm_queue_prefill_frontend_and_client(vllm_server, tmp_path):

@@ -500,7 +500,7 @@ def test_cli_reads_overrides_in_the_config_tree_names():
     )
     engine = options["engine_options"]
     assert (engine["model"], engine["batching"], engine["max_batch_size"]) == ("tiny", "static", 4)
-    assert engine["attention"] == "sdpa"  # the rest from scenarios/engine/reference.yaml
+    assert engine["attention"] == "auto"  # the rest from scenarios/engine/reference.yaml
     assert (options["engine_name"], options["host"], options["port"]) == (
         "reference",
         "127.0.0.1",

@@ -30,7 +30,15 @@ from engines.base import Engine, Request
 from llmperf.serve.chat_template import DEFAULT_CHAT_TEMPLATE, compile_chat_template
 from llmperf.serve.detokenize import IncrementalDetokenizer
 from llmperf.serve.embeddings import embedding_response, parse_embedding
-from llmperf.serve.prometheus_metrics import CONTENT_TYPE, EngineLoad, ServerMetrics
+from llmperf.serve.engine_view import context_limit, engine_is_alive, engine_load
+from llmperf.serve.error_responses import (
+    http_error_response,
+    internal_error,
+    openai_error_response,
+    server_error_response,
+)
+from llmperf.serve.messages_api import MessagesShapes, parse_messages
+from llmperf.serve.prometheus_metrics import CONTENT_TYPE, ServerMetrics
 from llmperf.serve.protocol import (
     Choice,
     GenerationSpec,
@@ -43,8 +51,14 @@ from llmperf.serve.protocol import (
     sse,
 )
 from llmperf.serve.request_log import RequestLog, ServedRequest
+from llmperf.serve.responses_api import ResponsesShapes, parse_responses
 
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+# The APIs whose streams are typed events (not OpenAI chunks): their parser and their shapes
+TYPED_APIS = {
+    "responses": (parse_responses, ResponsesShapes, "resp"),
+    "messages": (parse_messages, MessagesShapes, "msg"),
+}
 
 
 @dataclass(frozen=True)
@@ -55,6 +69,7 @@ class Piece:
     text: str
     finish_reason: str | None
     reasoning: bool = False
+    carries_token: bool = True  # False: an end with no token of its own
 
 
 class ClosingStreamingResponse(StreamingResponse):
@@ -100,6 +115,12 @@ class OpenAIServer:
     async def chat_completions(self, http: HTTPRequest) -> Response:
         return await self._generate(http, "chat")
 
+    async def responses(self, http: HTTPRequest) -> Response:
+        return await self._generate(http, "responses")
+
+    async def messages(self, http: HTTPRequest) -> Response:
+        return await self._generate(http, "messages")
+
     async def embeddings(self, http: HTTPRequest) -> Response:
         """A deterministic embedding of the input's tokens (llmperf/serve/embeddings.py)."""
         self._authorize(http)
@@ -139,7 +160,11 @@ class OpenAIServer:
             )
         body = parse_body(await http.body())
         try:
-            if endpoint == "chat":
+            if endpoint in TYPED_APIS:
+                spec = TYPED_APIS[endpoint][0](
+                    body, self.served_model_name, self.tokenizer, self.limits, self.render_chat
+                )
+            elif endpoint == "chat":
                 spec = parse_chat(
                     body, self.served_model_name, self.tokenizer, self.limits, self.render_chat
                 )
@@ -149,7 +174,8 @@ class OpenAIServer:
             raise OpenAIError(
                 f"the chat template failed on these messages: {err}", param="messages"
             ) from None
-        prefix = "chatcmpl" if endpoint == "chat" else "cmpl"
+        prefix = TYPED_APIS[endpoint][2] if endpoint in TYPED_APIS else (
+            "chatcmpl" if endpoint == "chat" else "cmpl")
         served = ServedRequest(
             id=f"{prefix}-{uuid.uuid4().hex}",
             endpoint=endpoint,
@@ -159,8 +185,9 @@ class OpenAIServer:
             num_prompt_tokens=len(spec.prompt_token_ids),
         )
         if spec.stream:
+            stream = self._typed_stream if endpoint in TYPED_APIS else self._stream
             return ClosingStreamingResponse(
-                self._stream(spec, served), media_type="text/event-stream", headers=SSE_HEADERS
+                stream(spec, served), media_type="text/event-stream", headers=SSE_HEADERS
             )
         return await self._whole(http, spec, served)
 
@@ -183,6 +210,27 @@ class OpenAIServer:
             except Exception as err:  # a fault of ours: the client still gets an error and [DONE]
                 yield sse(internal_error(err).to_dict())
             yield sse("[DONE]")
+        finally:
+            with anyio.CancelScope(shield=True):
+                await pieces.aclose()
+            self._finish(served)
+
+    async def _typed_stream(self, spec: GenerationSpec, served: ServedRequest) -> AsyncIterator[bytes]:
+        """The typed events of the Responses and Messages APIs (responses_api.py, messages_api.py)."""
+        shapes = TYPED_APIS[spec.endpoint][1](spec, served.id)
+        pieces = self._choices(spec, served)
+        self.metrics.num_in_flight += 1
+        try:
+            yield shapes.opening(served.num_prompt_tokens)
+            try:
+                async for piece in pieces:
+                    yield shapes.piece(piece.text, piece.reasoning, piece.carries_token)
+                yield shapes.closing(served.num_prompt_tokens, served.num_output_tokens,
+                                     served.finish_reason)
+            except OpenAIError as err:  # after the 200 headers: the error travels as an event
+                yield shapes.error(err)
+            except Exception as err:
+                yield shapes.error(internal_error(err))
         finally:
             with anyio.CancelScope(shield=True):
                 await pieces.aclose()
@@ -216,6 +264,9 @@ class OpenAIServer:
         if work.cancelled():
             return Response(status_code=499)
         work.result()
+        if spec.endpoint in TYPED_APIS:
+            typed = TYPED_APIS[spec.endpoint][1](spec, served.id)
+            return JSONResponse(typed.whole(choices[0], served.num_prompt_tokens, served.num_output_tokens))
         shapes = ResponseShapes(spec, served.id)
         return JSONResponse(
             shapes.whole(choices, served.num_prompt_tokens, served.num_output_tokens)
@@ -286,7 +337,8 @@ class OpenAIServer:
                     served.error = event.error
                     if event.error:
                         raise OpenAIError(event.error, status=500, type="server_error")
-                    yield Piece(index, text + detokenizer.flush(), event.finish_reason, event.reasoning)
+                    yield Piece(index, text + detokenizer.flush(), event.finish_reason, event.reasoning,
+                                bool(event.token_ids))
                     return
                 if event.token_ids:
                     yield Piece(index, text, None, event.reasoning)
@@ -311,71 +363,15 @@ class OpenAIServer:
     def _authorize(self, http: HTTPRequest) -> None:
         if self.api_key is None:
             return
-        given = http.headers.get("authorization", "").removeprefix("Bearer ").strip()
+        given = http.headers.get("x-api-key") or http.headers.get("authorization", "")
+        given = given.removeprefix("Bearer ").strip()  # x-api-key: Anthropic's clients
         if not hmac.compare_digest(given.encode(), self.api_key.encode()):
             raise OpenAIError("Incorrect API key provided.", status=401, code="invalid_api_key")
-
-
-def engine_is_alive(engine: Engine) -> bool:
-    """An engine whose loop thread died would leave requests waiting forever; engines that
-    can tell declare `capabilities.liveness`."""
-    return engine.is_alive() if engine.capabilities.liveness else True
-
-
-def context_limit(engine: Engine) -> int:
-    """Prompt + output tokens one request may have: the context length, and the KV cache's size."""
-    limit = engine.max_model_len
-    if engine.capabilities.kv_stats:
-        limit = min(limit, engine.kv.num_blocks * engine.kv.block_size)
-    return limit
-
-
-def engine_load(engine: Engine, num_in_flight: int) -> EngineLoad:
-    """Running/waiting from the engine's scheduler when it has one; else all in flight run."""
-    caps = engine.capabilities
-    num_running = len(engine.scheduler.running) if caps.scheduler else num_in_flight
-    num_running = min(num_running, num_in_flight)
-    usage = 1.0 - engine.kv.num_free_blocks / engine.kv.num_blocks if caps.kv_stats else None
-    cache = engine.kv.stats() if caps.kv_stats else {}
-    return EngineLoad(
-        num_running,
-        num_in_flight - num_running,
-        usage,
-        num_preemptions=engine.scheduler.num_preemptions_total if caps.scheduler else 0,
-        prefix_cache_query_tokens=cache.get("prefix_cache_query_tokens", 0),
-        prefix_cache_hit_tokens=cache.get("prefix_cache_hit_tokens", 0),
-    )
 
 
 async def wait_for_disconnect(http: HTTPRequest) -> None:
     while (await http.receive())["type"] != "http.disconnect":
         pass
-
-
-def _error_response(err: OpenAIError) -> JSONResponse:
-    return JSONResponse(err.to_dict(), status_code=err.status)
-
-
-async def _openai_error(http: HTTPRequest, err: Exception) -> Response:
-    return _error_response(err)
-
-
-async def _http_error(http: HTTPRequest, err: Exception) -> Response:
-    assert isinstance(err, HTTPException)
-    code = "not_found" if err.status_code == 404 else None
-    return _error_response(
-        OpenAIError(f"{http.method} {http.url.path}: {err.detail}", err.status_code, code=code)
-    )
-
-
-def internal_error(err: Exception) -> OpenAIError:
-    """An unexpected fault, as a 500 in OpenAI's error shape."""
-    message = f"internal error: {type(err).__name__}: {err}"
-    return OpenAIError(message, status=500, type="server_error")
-
-
-async def _server_error(http: HTTPRequest, err: Exception) -> Response:
-    return _error_response(internal_error(err))
 
 
 def build_app(server: OpenAIServer, manage_engine: bool = True) -> Starlette:
@@ -396,10 +392,12 @@ def build_app(server: OpenAIServer, manage_engine: bool = True) -> Starlette:
     routes = [
         Route("/v1/completions", server.completions, methods=["POST"]),
         Route("/v1/chat/completions", server.chat_completions, methods=["POST"]),
+        Route("/v1/responses", server.responses, methods=["POST"]),
+        Route("/v1/messages", server.messages, methods=["POST"]),
         Route("/v1/embeddings", server.embeddings, methods=["POST"]),
         Route("/v1/models", server.models, methods=["GET"]),
         Route("/health", server.health, methods=["GET"]),
         Route("/metrics", server.prometheus, methods=["GET"]),
     ]
-    handlers = {OpenAIError: _openai_error, HTTPException: _http_error, Exception: _server_error}
+    handlers = {OpenAIError: openai_error_response, HTTPException: http_error_response, Exception: server_error_response}
     return Starlette(routes=routes, exception_handlers=handlers, lifespan=lifespan)

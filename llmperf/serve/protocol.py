@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from engines.base import SEED_RANGE, SamplingParams, Tokenizer
+from llmperf.serve.images import IMAGE_TOKEN_ID, part_image_tokens
 
 COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
 MAX_TEMPERATURE = 2.0  # OpenAI's range is [0, 2]
@@ -64,6 +65,7 @@ class GenerationSpec:
     stream: bool
     include_usage: bool
     n: int = 1  # choices: each one an engine request
+    image_tokens: int = 0  # of the prompt's tokens, the images' placeholders (llmperf/serve/images.py)
 
 
 @dataclass
@@ -93,7 +95,7 @@ def parse_completion(
     model = check_model(body, served_model)
     ids = prompt_token_ids(body.get("prompt"), tokenizer)
     max_tokens = _int_field(body, "max_tokens", COMPLETIONS_DEFAULT_MAX_TOKENS)
-    return _spec(body, "completions", model, ids, max_tokens, "prompt", limits)
+    return generation_spec(body, "completions", model, ids, max_tokens, "prompt", limits)
 
 
 def parse_chat(
@@ -104,18 +106,20 @@ def parse_chat(
     render_chat: Callable[[list[dict[str, str]]], str],
 ) -> GenerationSpec:
     model = check_model(body, served_model)
-    messages = _messages(body.get("messages"))
-    ids = tokenizer.encode(render_chat(messages))
+    messages, num_image_tokens = chat_messages(body.get("messages"))
+    ids = [IMAGE_TOKEN_ID] * num_image_tokens + tokenizer.encode(render_chat(messages))
     if "max_completion_tokens" in body and body["max_completion_tokens"] is not None:
         max_tokens = _int_field(body, "max_completion_tokens", None)
     else:
         max_tokens = _int_field(body, "max_tokens", None)
     if max_tokens is None:  # chat's default: whatever room the context leaves
         max_tokens = max(1, limits.max_context_tokens - len(ids))
-    return _spec(body, "chat", model, ids, max_tokens, "messages", limits)
+    spec = generation_spec(body, "chat", model, ids, max_tokens, "messages", limits)
+    spec.image_tokens = num_image_tokens
+    return spec
 
 
-def _spec(body, endpoint, model, ids, max_tokens, prompt_param, limits: Limits) -> GenerationSpec:
+def generation_spec(body, endpoint, model, ids, max_tokens, prompt_param, limits: Limits) -> GenerationSpec:
     if not ids:
         raise OpenAIError(f"the {prompt_param} is empty", param=prompt_param)
     bad = next((t for t in ids if not 0 <= t < limits.vocab_size), None)
@@ -186,41 +190,45 @@ def prompt_token_ids(prompt: Any, tokenizer: Tokenizer, param: str = "prompt") -
     )
 
 
-def _messages(messages: Any) -> list[dict[str, str]]:
+def chat_messages(messages: Any, param: str = "messages") -> tuple[list[dict[str, str]], int]:
+    """The messages' roles and texts, and the tokens their images count."""
     if messages is None:
-        raise OpenAIError("you must provide messages", param="messages")
+        raise OpenAIError(f"you must provide {param}", param=param)
     if not isinstance(messages, list) or not messages:
-        raise OpenAIError("messages must be a non-empty list", param="messages")
-    out = []
+        raise OpenAIError(f"{param} must be a non-empty list", param=param)
+    out, num_image_tokens = [], 0
     for i, message in enumerate(messages):
         if not isinstance(message, dict) or not isinstance(message.get("role"), str):
             raise OpenAIError(
-                f"messages[{i}] must be an object with a role", param=f"messages[{i}]"
+                f"{param}[{i}] must be an object with a role", param=f"{param}[{i}]"
             )
-        out.append({"role": message["role"], "content": _content_text(message.get("content"), i)})
-    return out
+        text, tokens = content_text(message.get("content"), f"{param}[{i}].content")
+        out.append({"role": message["role"], "content": text})
+        num_image_tokens += tokens
+    return out, num_image_tokens
 
 
-def _content_text(content: Any, i: int) -> str:
-    """A message's text: a string, or the text parts of a content list."""
+def content_text(content: Any, param: str) -> tuple[str, int]:
+    """A message's text (a string, or the text parts of a content list) and its images' tokens."""
     if content is None or isinstance(content, str):
-        return content or ""
+        return content or "", 0
     if isinstance(content, list):
-        parts = []
+        parts, num_image_tokens = [], 0
         for part in content:
-            if (
-                not isinstance(part, dict)
-                or part.get("type") != "text"
-                or not isinstance(part.get("text"), str)
-            ):
-                raise OpenAIError(
-                    "only text content parts are supported", param=f"messages[{i}].content"
-                )
-            parts.append(part["text"])
-        return "".join(parts)
-    raise OpenAIError(
-        "content must be a string or a list of text parts", param=f"messages[{i}].content"
-    )
+            if not isinstance(part, dict):
+                raise OpenAIError("a content part must be an object", param=param)
+            try:
+                tokens = part_image_tokens(part)
+            except ValueError as err:
+                raise OpenAIError(str(err), param=param) from None
+            if tokens is not None:
+                num_image_tokens += tokens
+            elif part.get("type") in ("text", "input_text") and isinstance(part.get("text"), str):
+                parts.append(part["text"])
+            else:
+                raise OpenAIError("only text and image content parts are supported", param=param)
+        return "".join(parts), num_image_tokens
+    raise OpenAIError("content must be a string or a list of content parts", param=param)
 
 
 def _sampling(body: dict) -> SamplingParams:
@@ -284,12 +292,15 @@ def _bool_field(body: dict, name: str, default: bool) -> bool:
 # -- responses -------------------------------------------------------------------------
 
 
-def usage(num_prompt_tokens: int, num_output_tokens: int) -> dict[str, int]:
-    return {
+def usage(num_prompt_tokens: int, num_output_tokens: int, image_tokens: int = 0) -> dict[str, Any]:
+    out: dict[str, Any] = {
         "prompt_tokens": num_prompt_tokens,
         "completion_tokens": num_output_tokens,
         "total_tokens": num_prompt_tokens + num_output_tokens,
     }
+    if image_tokens:  # of prompt_tokens; the field only when the prompt held images
+        out["prompt_tokens_details"] = {"image_tokens": image_tokens}
+    return out
 
 
 class ResponseShapes:
@@ -348,7 +359,7 @@ class ResponseShapes:
             "created": self.created,
             "model": self.spec.model,
             "choices": [],
-            "usage": usage(num_prompt_tokens, num_output_tokens),
+            "usage": usage(num_prompt_tokens, num_output_tokens, self.spec.image_tokens),
         }
 
     def whole(self, choices: list[Choice], num_prompt_tokens: int, num_output_tokens: int) -> dict:
@@ -371,7 +382,7 @@ class ResponseShapes:
             "created": self.created,
             "model": self.spec.model,
             "choices": out,
-            "usage": usage(num_prompt_tokens, num_output_tokens),
+            "usage": usage(num_prompt_tokens, num_output_tokens, self.spec.image_tokens),
         }
 
 

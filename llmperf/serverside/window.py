@@ -18,6 +18,7 @@ import numpy as np
 from llmperf.serverside.families import FIGURES, GAUGE, HISTOGRAM
 from llmperf.serverside.histogram import Histogram, stats
 from llmperf.serverside.scraper import Row
+from llmperf.serverside.spec_decode import spec_decode_figures
 
 PERCENTILE_METHOD = "interpolated linearly inside histogram buckets (Prometheus histogram_quantile)"
 
@@ -76,6 +77,7 @@ def window_summary(rows: Sequence[Row], start_s: float, end_s: float,
     queries, hits = out.get("server_prefix_cache_queries_tokens"), out.get("server_prefix_cache_hits_tokens")
     if queries:
         out["server_prefix_cache_hit_rate"] = hits / queries
+    out.update(spec_decode_figures(out))
     if any(isinstance(v, dict) for v in out.values()):
         out["server_percentiles"] = PERCENTILE_METHOD
     return out
