@@ -15,14 +15,15 @@ def test_known_metrics_have_their_direction(name, direction):
     assert direction_of(name) == direction
 
 
-@pytest.mark.parametrize("name", ["ttft_p99", "ttft_s.p42", "ttft_s", "steps.speed", "tokens"])
+@pytest.mark.parametrize("name", ["ttft_p99", "ttft_s.p100", "ttft_s.p99.", "ttft_s", "steps.speed",
+                                  "tokens"])
 def test_unknown_metric_names_the_valid_ones(name):
     with pytest.raises(GateError) as e:
         MetricSpec.parse(name)
     text = str(e.value)
     assert f"unknown metric {name!r}" in text
     assert "output_throughput_tps" in text and "steps.padded_fraction" in text
-    assert "{ttft_s,tpot_s,itl_s,e2e_s,queue_s,dispatch_lag_s}.{mean,median,p90,p95,p99,std,min,max}" in text
+    assert "{ttft_s,tpot_s,itl_s,e2e_s,queue_s,dispatch_lag_s}.{mean,median,p90,p95,p99,std,min,max,p<q> of report.percentiles}" in text
     assert "\n" not in text
 
 

@@ -65,7 +65,7 @@ def test_find_lists_members_on_first_use():
         (PRECISIONS, {"fp32", "bf16", "fp16", "int8", "fp8"}),
         (ARRIVALS, {"offline", "constant", "poisson", "gamma", "closed", "trace"}),
         (LENGTHS, {"fixed", "uniform", "normal", "lognormal", "dataset"}),
-        (DATASET_FORMATS, {"sharegpt"}),
+        (DATASET_FORMATS, {"auto", "sharegpt", "table"}),
         (SAMPLERS, {"nvml", "torch_cuda", "process"}),
         (PROFILES, {"cpu", "h100-sxm", "h200", "a100-80gb"}),
         (PRESETS, {"tiny", "smollm2-135m", "llama-3.1-8b"}),

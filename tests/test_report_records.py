@@ -1,7 +1,8 @@
 import numpy as np
 import pytest
 
-from llmperf.measure.metrics import STAT_KEYS, distribution
+from llmperf.measure.catalog import STAT_KEYS
+from llmperf.measure.metrics import distribution
 from llmperf.report import records as rec
 
 

@@ -14,6 +14,11 @@ A metric is written
 - `@A/B` is the ratio of BASE in job A to BASE in job B of the same sweep:
   `output_throughput_tps@engine.batching=continuous/engine.batching=static`. Both jobs run on
   the same machine minutes apart, so a machine-wide slowdown cancels out of the ratio.
+- `stage=N` in a selector picks stage N (from 0) of a run with `scenario.stages`: the figure
+  is that stage's (`ttft_s.p99@stage=2`, summary.json's `stages[2]`); with other keys it picks
+  the job too (`ttft_s.p99@engine.batching=static,stage=1`), and `@stage=2/stage=0` is the
+  ratio of two stages of one run.
+- A percentile is named as `report.percentiles` names it: `median`, `p90`, `p99.9`.
 """
 
 from __future__ import annotations
@@ -66,11 +71,12 @@ def _steps() -> list[str]:
 
 
 def valid_names() -> str:
-    stats = f"{{{','.join(STAT_KEYS)}}}"
+    stats = f"{{{','.join(STAT_KEYS)},p<q> of report.percentiles}}"
     others = [d for d in DISTRIBUTIONS if d not in LATENCIES]
     latencies = f"{{{','.join(LATENCIES)}}}.{stats}, {{{','.join(others)}}}.{stats}"
     return (f"{', '.join(_scalars())}, {latencies}, {', '.join(_steps())}"
-            " (add @key=value to pick a sweep job, @A/B for a ratio of two jobs)")
+            " (add @key=value to pick a sweep job, @stage=N a stage of scenario.stages, @A/B for"
+            " a ratio of two jobs)")
 
 
 def _did_you_mean(base: str) -> str:
@@ -103,6 +109,8 @@ class MetricSpec:
     direction: str
     job: Selector | None = None
     over_job: Selector | None = None  # set for a ratio job / over_job
+    stage: int | None = None  # scenario.stages: the stage of the job (its `stage=N`)
+    over_stage: int | None = None
 
     @classmethod
     def parse(cls, name: str) -> MetricSpec:
@@ -114,14 +122,34 @@ class MetricSpec:
         job_text, slash, over_text = jobs.partition("/")
         if "/" in over_text:
             raise GateError(f"metric {name!r} has more than one '/'; a ratio is BASE@A/B")
-        job = parse_selector(job_text, name)
-        over_job = parse_selector(over_text, name) if slash else None
-        return cls(name, base, direction, job, over_job)
+        job, stage = _stage_of(parse_selector(job_text, name), name)
+        if not slash:
+            return cls(name, base, direction, job, None, stage)
+        over_job, over_stage = _stage_of(parse_selector(over_text, name), name)
+        if over_job is None and over_stage is not None:
+            over_job = job  # `@k=v,stage=2/stage=0`: two stages of the one job
+        return cls(name, base, direction, job, over_job, stage, over_stage)
+
+    @property
+    def is_ratio(self) -> bool:
+        return self.over_job is not None or self.over_stage is not None
 
     @property
     def unit(self) -> str:
         """The figure's unit from the catalog; a ratio of two jobs has none ("ratio")."""
-        return "ratio" if self.over_job is not None else catalog_metric(self.base).unit
+        return "ratio" if self.is_ratio else catalog_metric(self.base).unit
+
+
+def _stage_of(selector: Selector, metric: str) -> tuple[Selector | None, int | None]:
+    """The selector without its `stage=N`, and N (None where it names no stage)."""
+    stages = [v for k, v in selector if k == "stage"]
+    rest = tuple((k, v) for k, v in selector if k != "stage")
+    if not stages:
+        return rest or None, None
+    if len(stages) > 1 or not stages[0].isdigit():
+        raise GateError(f"metric {metric!r}: stage={','.join(stages)} is not one stage index"
+                        " (0, 1, ...) of scenario.stages")
+    return rest or None, int(stages[0])
 
 
 _TOLERANCE = re.compile(r"^([+-])?(\d+(?:\.\d*)?|\.\d+)(%)?$")

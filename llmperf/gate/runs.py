@@ -14,7 +14,7 @@ from typing import Any
 
 from llmperf.gate.errors import GateError
 from llmperf.gate.metric_spec import MetricSpec, Selector
-from llmperf.measure.catalog import metric
+from llmperf.measure.catalog import metric, split_statistic
 from llmperf.measure.run_files import (
     MalformedSummary,
     UnreadableFile,
@@ -137,9 +137,38 @@ def select_job(jobs: list[Job], selector: Selector | None, spec: MetricSpec, whe
     return found[0]
 
 
-def job_value(job: Job, base: str) -> float:
-    """The figure `base` of one job."""
+def stage_summary(job: Job, stage: int) -> dict[str, Any]:
+    """Stage `stage`'s figures of a run with scenario.stages; GateError where it has none."""
+    stages = job.summary.get("stages")
+    if not isinstance(stages, list) or not stages:
+        raise GateError(f"{job.path / 'summary.json'} has no stages (scenario.stages) to pick"
+                        f" stage={stage} from")
+    if stage >= len(stages) or not isinstance(stages[stage], dict):
+        raise GateError(f"{job.path / 'summary.json'} has stages 0-{len(stages) - 1}, not {stage}")
+    if not stages[stage].get("ran"):
+        raise GateError(f"{job.path}: stage {stage} did not run (the run stopped before it)")
+    return stages[stage]
+
+
+def summary_value(summary: dict[str, Any], base: str) -> Any:
+    """A figure of a summary (or of one stage's): `ttft_s.p99.9` is summary["ttft_s"]["p99.9"]."""
+    key, stat = split_statistic(base)
+    if stat is None:
+        return lookup(summary, base, default=_MISSING)
+    node = summary.get(key, _MISSING)
+    return node.get(stat, _MISSING) if isinstance(node, dict) else _MISSING
+
+
+def job_value(job: Job, base: str, stage: int | None = None) -> float:
+    """The figure `base` of one job (of one of its stages, when `stage` is given)."""
     figure = metric(base)
+    if stage is not None:
+        if figure.source != "summary.json":
+            raise GateError(f"{base} is not a per-stage figure (only summary.json's are)")
+        node = summary_value(stage_summary(job, stage), base)
+        if not is_number(node):
+            raise GateError(f"{job.path / 'summary.json'}: stage {stage} has no number for {base}")
+        return float(node)
     if figure.group == "work":  # from steps.jsonl and the summary's model accounting together
         return figure.compute()(job)
     if figure.source == "steps.jsonl":
@@ -148,9 +177,10 @@ def job_value(job: Job, base: str) -> float:
             return figure.compute()(steps)
         except KeyError as e:
             raise GateError(f"{job.path / 'steps.jsonl'}: a step lacks {e.args[0]!r}") from None
-    node = lookup(job.summary, base, default=_MISSING)
+    node = summary_value(job.summary, base)
     if node is _MISSING:
-        raise GateError(f"{job.path / 'summary.json'} has no {base!r} (schema mismatch?)")
+        raise GateError(f"{job.path / 'summary.json'} has no {base!r} (schema mismatch, or a"
+                        " percentile its report.percentiles did not hold?)")
     if not is_number(node):
         raise GateError(f"{job.path / 'summary.json'}: {base} is {node!r}, not a number")
     return float(node)
@@ -159,15 +189,15 @@ def job_value(job: Job, base: str) -> float:
 def evaluate(spec: MetricSpec, jobs: list[Job], where: Path) -> float:
     """The metric's value in one run or sweep: a job's figure, or the ratio of two jobs'."""
     job = select_job(jobs, spec.job, spec, where)
-    if spec.over_job is None:
-        return job_value(job, spec.base)
+    if not spec.is_ratio:
+        return job_value(job, spec.base, spec.stage)
     over_job = select_job(jobs, spec.over_job, spec, where)
-    if over_job is job:
+    if over_job is job and spec.stage == spec.over_stage:
         raise GateError(f"{spec.name}: both sides of the ratio pick the same job in {where}")
-    over = job_value(over_job, spec.base)
+    over = job_value(over_job, spec.base, spec.over_stage)
     if over == 0:
         raise GateError(f"{spec.name}: the denominator job's {spec.base} is 0 in {where}")
-    return job_value(job, spec.base) / over
+    return job_value(job, spec.base, spec.stage) / over
 
 
 def validity_notes(job: Job) -> list[str]:

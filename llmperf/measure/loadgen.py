@@ -1,7 +1,7 @@
 """The load generator: sends requests to an engine on schedule and records what comes back.
 
-Open loop: each request goes out at its intended arrival, whatever the engine is doing.
-Closed loop: `concurrency` users each send their next request when the last one ends.
+When each measured request goes out (open loop, with or without a concurrency cap; closed
+loop; stages) is pacing.py's; this module keeps the books of each request.
 Warmup requests go first, all at once, and are awaited before the measured phase starts.
 
 All measurement is on the client side: times are when this process received each event,
@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 
 from engines.base import Engine, Request, SamplingParams, TokenEvent
 from llmperf.measure.client_cpu import CpuMeter, ProcessCpu
+from llmperf.measure.pacing import Slots, StagePlan, StageSpan, closed_loop, open_loop, run_stages
 from llmperf.measure.records import EMPTY_OUTPUT, RequestRecord
 from llmperf.measure.saturation import Saturation, SaturationDetector
 from llmperf.measure.sessions import run_sessions
@@ -58,6 +59,7 @@ class LoadResult:
     stopped: str | None = None  # why sending stopped early (stop_sending), if it did
     # What each load-generator process spent over the measured phase (llmperf/measure/client_cpu.py)
     client_cpu: list[ProcessCpu] = field(default_factory=list)
+    stages: list[StageSpan] = field(default_factory=list)  # scenario.stages, as they ran
 
 
 class LoadGenerator:
@@ -78,6 +80,7 @@ class LoadGenerator:
         origin_perf_counter_s: float | None = None,
         measure_at: Callable[[], Awaitable[float]] | None = None,
         role: str = "loadgen",
+        max_concurrency: int | None = None,
     ) -> None:
         self.engine = engine
         self.on_record = on_record
@@ -105,6 +108,8 @@ class LoadGenerator:
         self._inflight: set[asyncio.Task] = set()
         self._phases: asyncio.Task | None = None
         self._cpu = CpuMeter(role)
+        self.max_concurrency = max_concurrency  # open loops: the cap on requests in flight
+        self._stage_spans: list[StageSpan] = []
 
     async def run(
         self,
@@ -113,9 +118,10 @@ class LoadGenerator:
         concurrency: int | None = None,
         duration_s: float | None = None,
         sessions: SessionLoad | None = None,
+        stages: list[StagePlan] | None = None,
     ) -> LoadResult:
         """Send `warmup`, then `requests` (closed loop when `concurrency` is given), or the
-        multi-turn `sessions` instead of `requests`.
+        multi-turn `sessions`, or the `stages` one after the other, instead of `requests`.
 
         `duration_s` stops sending once the measured phase is that old; the requests in
         flight are still awaited.
@@ -132,7 +138,7 @@ class LoadGenerator:
             self._origin_s = self._given_origin_s
         counts = {"measure_start_s": 0.0, "dispatched": 0}
         self._phases = loop.create_task(
-            self._run_phases(warmup, requests, concurrency, duration_s, counts, sessions)
+            self._run_phases(warmup, requests, concurrency, duration_s, counts, sessions, stages)
         )
         sigint_handled = _handle_sigint(loop, self.interrupt)
         try:
@@ -159,6 +165,7 @@ class LoadGenerator:
             loop_lag_s=self._loop_lag_s,
             stopped=self.stopped,
             client_cpu=[cpu] if cpu is not None else [],
+            stages=self._stage_spans,
         )
 
     def interrupt(self) -> None:
@@ -202,6 +209,7 @@ class LoadGenerator:
         duration_s: float | None,
         counts: dict,
         sessions: SessionLoad | None = None,
+        stages: list[StagePlan] | None = None,
     ) -> None:
         if warmup:
             now = self._now()
@@ -220,7 +228,8 @@ class LoadGenerator:
         self._cpu.start()
         probe = asyncio.get_running_loop().create_task(self._probe_loop_lag())
         try:
-            await self._measured_phase(requests, concurrency, duration_s, counts, sessions, start_s)
+            await self._measured_phase(requests, concurrency, duration_s, counts, sessions,
+                                       start_s, stages)
         finally:
             probe.cancel()
 
@@ -232,65 +241,33 @@ class LoadGenerator:
         counts: dict,
         sessions: SessionLoad | None,
         start_s: float,
+        stages: list[StagePlan] | None = None,
     ) -> None:
-        if concurrency is None:
-            watcher = None
-            if self.detector is not None:
-                watcher = asyncio.get_running_loop().create_task(self._watch_saturation(start_s))
-            try:
-                if sessions is not None:
-                    await run_sessions(
-                        self, sessions.sessions, sessions.sampling, start_s, duration_s, counts,
-                        sessions.max_concurrent, sessions.max_context_tokens,
-                    )
-                else:
-                    await self._open_loop(requests, start_s, duration_s, counts)
-            finally:
-                if watcher is not None:
-                    watcher.cancel()
+        if stages:
+            await self._watched(run_stages(self, stages, counts, self._stage_spans,
+                                           self.max_concurrency), start_s)
+        elif sessions is not None:
+            await self._watched(run_sessions(
+                self, sessions.sessions, sessions.sampling, start_s, duration_s, counts,
+                sessions.max_concurrent, sessions.max_context_tokens,
+            ), start_s)
+        elif concurrency is None:
+            slots = Slots(self.max_concurrency) if self.max_concurrency else None
+            await self._watched(open_loop(self, requests, start_s, duration_s, counts, slots),
+                                start_s)
         else:
-            await self._closed_loop(requests, concurrency, start_s, duration_s, counts)
+            await closed_loop(self, requests, concurrency, start_s, duration_s, counts)
 
-    async def _open_loop(
-        self, requests: Iterable[Request], start_s: float, duration_s: float | None, counts: dict
-    ) -> None:
-        for request in requests:
-            if duration_s is not None and request.arrival_s >= duration_s:
-                break
-            arrival_s = start_s + request.arrival_s
-            await self._sleep_until(arrival_s)
-            self._spawn(request, arrival_s)
-            counts["dispatched"] += 1
-            if self.detector is not None:
-                self.detector.on_dispatch(request.arrival_s)
-            await asyncio.sleep(0)  # let it reach the engine before the next request is built
-        self._flush()  # no more requests are coming
-        while self._inflight:
-            await asyncio.wait(set(self._inflight))
-
-    async def _closed_loop(
-        self,
-        requests: Iterable[Request],
-        concurrency: int,
-        start_s: float,
-        duration_s: float | None,
-        counts: dict,
-    ) -> None:
-        shared = iter(requests)  # each user takes the next request from the one stream
-
-        async def user() -> None:
-            for request in shared:
-                now = self._now()
-                if duration_s is not None and now - start_s >= duration_s:
-                    return
-                counts["dispatched"] += 1
-                task = self._spawn(request, now)
-                await asyncio.sleep(0)
-                # Nothing more comes until a request in flight ends: a batch may launch now.
-                self._flush()
-                await asyncio.wait([task])
-
-        await asyncio.gather(*(user() for _ in range(concurrency)))
+    async def _watched(self, load: Awaitable[None], start_s: float) -> None:
+        """Run `load` with the saturation detector watching, when there is one."""
+        watcher = None
+        if self.detector is not None:
+            watcher = asyncio.get_running_loop().create_task(self._watch_saturation(start_s))
+        try:
+            await load
+        finally:
+            if watcher is not None:
+                watcher.cancel()
 
     async def _probe_loop_lag(self, interval_s: float = LOOP_PROBE_INTERVAL_S) -> None:
         """How late the event loop wakes a sleeper: a busy loop (callbacks queued behind
@@ -307,6 +284,9 @@ class LoadGenerator:
             verdict = self.detector.check(self._now() - start_s)
             if verdict is not None:
                 self.saturation = verdict
+                if self._stage_spans:  # the stage it happened in ends the run, marked
+                    self._stage_spans[-1].saturated = True
+                    self._stage_spans[-1].end_s = self._now()
                 self._stop()
                 return
 
@@ -318,13 +298,16 @@ class LoadGenerator:
             self.detector.on_dispatch(request.arrival_s)
         return await self._spawn(request, arrival_s)
 
-    def _spawn(self, request: Request, arrival_s: float) -> asyncio.Task:
-        task = asyncio.get_running_loop().create_task(self._issue(request, arrival_s))
+    def _spawn(self, request: Request, arrival_s: float, client_queue_s: float = 0.0,
+               stage: int = 0) -> asyncio.Task:
+        task = asyncio.get_running_loop().create_task(
+            self._issue(request, arrival_s, client_queue_s, stage))
         self._inflight.add(task)
         task.add_done_callback(self._inflight.discard)
         return task
 
-    async def _issue(self, request: Request, arrival_s: float) -> tuple[RequestRecord, list[int]]:
+    async def _issue(self, request: Request, arrival_s: float, client_queue_s: float = 0.0,
+                     stage: int = 0) -> tuple[RequestRecord, list[int]]:
         record = RequestRecord(
             id=request.id,
             arrival_s=arrival_s,
@@ -336,6 +319,9 @@ class LoadGenerator:
             session_id=request.session_id,
             turn=request.turn,
             shared_prefix_tokens=request.shared_prefix_tokens,
+            image_bytes=sum(map(len, request.images)),
+            client_queue_s=client_queue_s,
+            stage=stage,
         )
         output_ids: list[int] = []
         last_event_s = record.dispatch_s
@@ -369,6 +355,7 @@ class LoadGenerator:
                         record.connect_s = event.connect_s
                         record.written_s = self._stamp_s(event.written_s)
                         record.headers_s = self._stamp_s(event.headers_s)
+                        record.image_tokens = event.image_tokens
                         if event.error is None:
                             record.token_count_source = event.token_count_source or "engine"
                             if event.response != "stream":  # the whole answer came now

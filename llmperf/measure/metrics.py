@@ -9,7 +9,9 @@ Definitions (vLLM `bench serve`, except that latencies start at the intended arr
   ITL per token  each such gap divided by the tokens of the chunk it ends, once per token,
             so a chunk of n tokens is not read as one slow token
   queue     engine admission - intended arrival, when the engine reports admission
-  dispatch lag  handed to the engine - intended arrival (the load generator's own delay)
+  dispatch lag  handed to the engine - intended arrival - client queue (the load
+            generator's own delay)
+  client queue  intended arrival to a slot's release, under arrival.max_concurrency
   TTFT (answer) first answer token received - intended arrival; TTFT counts a token of any
                 kind, so with reasoning output the two differ by the thinking time
   reasoning / answer tokens  output tokens streamed as reasoning content / the rest
@@ -24,27 +26,45 @@ throughputs and goodput divide by its length.
 
 from __future__ import annotations
 
+import contextlib
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextvars import ContextVar
 from typing import Any
 
 import numpy as np
 
 from engines.base import TOKEN_COUNT_SOURCES
-from llmperf.measure.catalog import STAT_KEYS
+from llmperf.measure.catalog import DEFAULT_PERCENTILES, stat_keys
 from llmperf.measure.prefix_reuse import expected_hit_rate
 from llmperf.measure.records import RequestRecord
 from llmperf.workload.scenario import SloConfig
 
+# The percentiles every distribution of this run carries (`report.percentiles`); the runner
+# sets them for the run, so each figure's code computes them without passing them along.
+PERCENTILES: ContextVar[tuple[float, ...]] = ContextVar("percentiles", default=DEFAULT_PERCENTILES)
+
+
+@contextlib.contextmanager
+def percentiles_in_use(percentiles: Sequence[float]) -> Iterator[None]:
+    """Within the block, `distribution` gives these percentiles."""
+    token = PERCENTILES.set(tuple(sorted(set(float(q) for q in percentiles))))
+    try:
+        yield
+    finally:
+        PERCENTILES.reset(token)
+
 
 def distribution(values: Sequence[float]) -> dict[str, float | None]:
-    """Mean, median, p90/p95/p99 (linear interpolation), std (population), min, max."""
+    """Mean, the percentiles in use (linear interpolation; by default median, p90, p95, p99),
+    std (population), min, max."""
+    percentiles = PERCENTILES.get()
+    keys = stat_keys(percentiles)
     if len(values) == 0:
-        return dict.fromkeys(STAT_KEYS)
+        return dict.fromkeys(keys)
     a = np.asarray(values, dtype=float)
-    p50, p90, p95, p99 = np.percentile(a, [50, 90, 95, 99])
-    stats = (a.mean(), p50, p90, p95, p99, a.std(), a.min(), a.max())
-    return {k: float(v) for k, v in zip(STAT_KEYS, stats, strict=True)}
+    stats = (a.mean(), *np.percentile(a, percentiles), a.std(), a.min(), a.max())
+    return {k: float(v) for k, v in zip(keys, stats, strict=True)}
 
 
 def ttft_s(r: RequestRecord) -> float | None:
@@ -53,6 +73,12 @@ def ttft_s(r: RequestRecord) -> float | None:
 
 def ttft_answer_s(r: RequestRecord) -> float | None:
     return None if r.first_answer_token_s is None else r.first_answer_token_s - r.arrival_s
+
+
+def dispatch_lag_s(r: RequestRecord) -> float:
+    """Handed to the engine − the later of the intended arrival and the slot's release under
+    a concurrency cap: the client's own delay, not the cap's deliberate wait."""
+    return r.dispatch_s - r.arrival_s - r.client_queue_s
 
 
 def e2e_s(r: RequestRecord) -> float:
@@ -159,8 +185,10 @@ def token_count_warning(source: str | None, sources: dict[str, int]) -> str | No
             " token are per byte; give engine.tokenizer=PATH to the model's tokenizer.json")
 
 
-def compute_metrics(records: Iterable[RequestRecord], slo: SloConfig) -> dict[str, Any]:
-    """summary.json's figures from the records; warmup records are left out."""
+def compute_metrics(records: Iterable[RequestRecord], slo: SloConfig,
+                    capped: bool = False) -> dict[str, Any]:
+    """summary.json's figures from the records; warmup records are left out. `capped`: the
+    scenario set arrival.max_concurrency, so client_queue_s is measured (else null)."""
     records = list(records)
     measured = [r for r in records if not r.warmup]
     completed = [r for r in measured if r.ok]
@@ -209,7 +237,9 @@ def compute_metrics(records: Iterable[RequestRecord], slo: SloConfig) -> dict[st
         "queue_s": distribution(
             [r.admitted_s - r.arrival_s for r in completed if r.admitted_s is not None]
         ),
-        "dispatch_lag_s": distribution([r.dispatch_s - r.arrival_s for r in measured]),
+        "dispatch_lag_s": distribution([dispatch_lag_s(r) for r in measured]),
+        "client_queue_s": (distribution([r.client_queue_s for r in measured])
+                           if capped else dict.fromkeys(stat_keys(PERCENTILES.get()))),
         "pool_wait_s": distribution([r.pool_wait_s for r in measured if r.pool_wait_s is not None]),
         "client_send_s": distribution(
             [r.written_s - r.arrival_s for r in measured if r.written_s is not None]

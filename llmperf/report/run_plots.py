@@ -21,6 +21,7 @@ from llmperf.report.plotting import (
     new_figure,
     titled,
 )
+from llmperf.report.timeline import request_timeline
 
 TIME_LABEL = "time since run start (s)"
 SLO_COLOR = "#dc2626"
@@ -303,6 +304,7 @@ RUN_PLOTS = (
     ("latency_over_time", "Latency against arrival time", latency_over_time),
     ("itl_histogram", "Inter-token latency (ITL)", itl_histogram),
     ("throughput_over_time", "Throughput and load over time", throughput_over_time),
+    ("request_timeline", "Request timeline: queue, prefill, decode", request_timeline),
     ("engine_steps", "Engine steps: batch, KV cache, preemptions", engine_steps),
     ("telemetry", "Telemetry: memory, bandwidth, power", telemetry),
     ("roofline", "Roofline: achieved against ceiling", roofline),

@@ -20,6 +20,7 @@ from llmperf.report.sweep_table import (
     pareto_front,
     short_key,
 )
+from llmperf.report.timeline import batching_timelines
 from llmperf.report.units import SHOWN_SCALES, chart_title
 
 # Units of common sweep keys, by the end of the key's last part.
@@ -203,4 +204,5 @@ SWEEP_PLOTS = (
     ("sweep_pareto", "Latency against throughput, Pareto frontier", latency_throughput),
     ("sweep_cost", "Cost per 1M tokens per configuration", cost),
     ("sweep_prediction", "Roofline prediction against measurement", prediction),
+    ("sweep_timelines", "Request timelines by batching strategy", batching_timelines),
 )

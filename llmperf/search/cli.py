@@ -1,11 +1,15 @@
-"""The `llmperf-search` command: the highest request rate (or concurrency) meeting the SLOs.
+"""The `llmperf-search` command: the highest request rate (or concurrency) meeting the SLOs,
+or (search.mode=sweep) an automatic sweep from the lowest load to the highest, with its knee.
 
     llmperf-search slo.ttft_p99_s=0.5 slo.tpot_p99_s=0.05 slo.attainment=0.99 \\
         [search.over=rate|concurrency search.start=4 search.max_trials=8 ...] \\
         [any llmperf override: engine=openai scenario=chat scenario.duration_s=60 ...]
+    llmperf-search search.mode=sweep [search.rates=8] [slo.ttft_p99_s=0.5 ...] \\
+        [any llmperf override]
 
 Each trial is a normal run (its own folder under the search's folder); the search writes
-search.json, search.csv, plots/goodput.png and search.html beside them.
+search.json, search.csv, plots/goodput.png (the sweep: plots/sweep.png) and search.html
+beside them. The sweep's SLOs are optional: they set the per-request SLO its goodput counts.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import sys
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 from hydra import initialize_config_module
@@ -22,6 +27,8 @@ from llmperf.errors import UsageError
 from llmperf.run.config import Config, register_configs
 from llmperf.search.output import SearchResult, write_search
 from llmperf.search.strategy import SearchConfig, Trial, bracket, converged, next_value
+from llmperf.search.sweep import knee_rps, run_sweep_trial, spaced_rates
+from llmperf.search.sweep_output import SweepResult, write_sweep
 from llmperf.search.targets import SloTargets, parse_targets
 from llmperf.search.trials import run_trial
 from llmperf.workload.arrivals import ARRIVALS
@@ -37,7 +44,10 @@ def main(argv: list[str] | None = None) -> None:
         return
     try:
         targets, search, config = parse_command_line(argv)
-        result = search_capacity(config, targets, search, argv)
+        if search.mode == "sweep":
+            result = sweep_load(config, targets, search, argv)
+        else:
+            result = search_capacity(config, targets, search, argv)
     except UsageError as err:
         print(f"llmperf-search: error: {' '.join(str(err).split())}", file=sys.stderr)
         sys.exit(EXIT_USAGE)
@@ -58,14 +68,62 @@ def parse_command_line(argv: list[str]) -> tuple[SloTargets, SearchConfig, Confi
             search[key.removeprefix("search.")] = _search_value(key, text)
         else:
             overrides.append(arg)
-    targets = parse_targets(slo)
     config = SearchConfig(**search)
+    targets = parse_targets(slo) if slo or config.mode == "capacity" else None
     register_configs()
     with initialize_config_module(config_module=CONFIG_MODULE, version_base="1.3"):
         run_config = compose_config(overrides)
     check_inputs(run_config.scenario)
-    _check_variable(run_config, config)
+    if config.mode == "sweep":
+        _check_sweep(run_config)
+    else:
+        _check_variable(run_config, config)
     return targets, config, run_config
+
+
+def sweep_load(
+    config: Config, targets: SloTargets | None, search: SearchConfig, argv: list[str]
+) -> SweepResult:
+    """The synchronous trial, the throughput trial, then `search.rates` rates between them."""
+    folder = Path(search.output_dir or f"reports/searches/{time.strftime('%Y-%m-%d_%H-%M-%S')}")
+    folder.mkdir(parents=True, exist_ok=True)
+    slo = targets.per_request() if targets is not None else None
+    trials = []
+    plan: list[tuple[str, float | None]] = [("synchronous", None), ("throughput", None)]
+    why = "every rate ran"
+    while plan:
+        kind, rate = plan.pop(0)
+        name = kind if rate is None else f"rate-{rate:.4g}"
+        run_dir = folder / f"trial-{len(trials) + 1:02d}_{name}"
+        trial = run_sweep_trial(config, kind, rate, run_dir, argv, slo)
+        trials.append(trial)
+        shown = "-" if trial.rate_rps is None else f"{trial.rate_rps:.4g} req/s"
+        verdict = f", keeps up: {'yes' if trial.keeps_up else 'no'}" if kind == "rate" else ""
+        print(f"trial {len(trials)} ({kind}): {shown}{verdict}", flush=True)
+        if trial.interrupted:
+            why = "interrupted"
+            break
+        if kind == "throughput":
+            low, high = trials[0].rate_rps, trial.rate_rps
+            if low is None or high is None:
+                why = "the synchronous or throughput trial completed no request"
+                break
+            plan = [("rate", r) for r in spaced_rates(low, high, search.rates)]
+    result = SweepResult(knee_rps(trials), asdict(slo or config.scenario.slo), trials, why)
+    page = write_sweep(folder, result)
+    print(f"sweep: {page}")
+    return result
+
+
+def _check_sweep(config: Config) -> None:
+    if config.scenario.num_requests is None:
+        raise UsageError("search.mode=sweep: set scenario.num_requests (the throughput trial"
+                         " sends them all at once)")
+    if config.scenario.sessions.turns:
+        raise UsageError("search.mode=sweep: multi-turn sessions have no request rate to sweep")
+    if getattr(config.scenario, "stages", None):
+        raise UsageError("search.mode=sweep: scenario.stages set their own loads; the sweep"
+                         " picks each trial's")
 
 
 def search_capacity(

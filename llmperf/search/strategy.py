@@ -24,12 +24,15 @@ from dataclasses import dataclass, field
 from llmperf.errors import ConfigError
 
 OVERS = ("rate", "concurrency")
+MODES = ("capacity", "sweep")
 _EDGE = 0.05  # regula falsi stays this fraction of the gap inside it
 _OVERLOADED = 0.95  # served / offered below this: the trial's queue grew
 
 
 @dataclass
 class SearchConfig:
+    mode: str = "capacity"  # capacity: the SLO search; sweep: llmperf/search/sweep.py
+    rates: int = 8  # sweep: rates between the synchronous and the throughput trial
     over: str | None = None  # rate | concurrency; null: concurrency for closed loops, else rate
     start: float | None = None  # first value; null: the scenario's rate_rps or concurrency
     growth: float = 2.0  # bracketing factor
@@ -38,6 +41,10 @@ class SearchConfig:
     output_dir: str | None = None  # null: reports/searches/<time>
 
     def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise ConfigError("search.mode", self.mode, "unknown search mode", MODES)
+        if self.rates < 1:
+            raise ConfigError("search.rates", self.rates, "must be >= 1")
         if self.over is not None and self.over not in OVERS:
             raise ConfigError("search.over", self.over, "unknown search variable", OVERS)
         if self.start is not None and self.start <= 0:

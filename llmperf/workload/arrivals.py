@@ -153,11 +153,16 @@ class ArrivalConfig:
     ramp_start_rps: float = option(0.0, "ramp: the rate at t=0; rate_rps is the rate it rises to")
     ramp_duration_s: float | None = option(None, "ramp: seconds from the start rate to rate_rps")
     ramp_steps: int | None = option(None, "ramp: null rises linearly; n rises in n equal steps")
+    max_concurrency: int | None = option(None, "open loops: at most this many requests in flight; a request due while they are waits (its client_queue_s), its TTFT still counted from its intended arrival")
 
     def __post_init__(self) -> None:
         ARRIVALS.check("process", self.process)
         kind = ARRIVALS.get(self.process)
-        check_positive(self, "rate_rps", "burstiness", "concurrency", "trace_speedup")
+        check_positive(self, "rate_rps", "burstiness", "concurrency", "trace_speedup",
+                       "max_concurrency")
+        if kind.closed_loop and self.max_concurrency is not None:
+            raise ConfigError("max_concurrency", self.max_concurrency,
+                              "the closed loop holds its concurrency itself; cap an open process")
         if kind.needs_rate and self.rate_rps is None:
             raise ConfigError(
                 "rate_rps", None, f"arrival process {self.process!r} needs a rate > 0"

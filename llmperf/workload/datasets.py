@@ -1,53 +1,34 @@
-"""ShareGPT-format conversation datasets, and the `pkg://` paths of the files shipped with llmperf."""
+"""Conversation datasets: the formats (`scenario.dataset_format`) and ShareGPT files. What
+the formats share (a conversation, the column mapping, paths) is in dataset_files.py.
+
+    sharegpt  a local ShareGPT file (a JSON list or JSONL), read here with no dependency
+    table     a local json, jsonl, parquet or arrow file, or a Hub dataset, read through the
+              `datasets` library with `scenario.dataset_columns` (dataset_table.py)
+    auto      sharegpt for a local .json or .jsonl file with no column mapped, else table
+"""
 
 from __future__ import annotations
 
-import importlib.resources
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
-from llmperf.errors import ConfigError, DataError
+from llmperf.errors import DataError
 from llmperf.registry import Registry
+from llmperf.workload.dataset_files import (
+    TABLE_SUFFIXES,
+    Conversation,
+    DatasetColumns,
+    exchanges_of,
+    is_turn,
+    looks_local,
+    read_jsonl,
+    resolve_path,
+)
 
-
-def resolve_path(path: str, key: str) -> Path:
-    """A filesystem path, or `pkg://package/rel/path` for a file installed inside a package.
-
-    `key` names the config field, for the error when the file is not there.
-    """
-    if path.startswith("pkg://"):
-        package, _, rel = path.removeprefix("pkg://").partition("/")
-        try:
-            resolved = Path(str(importlib.resources.files(package) / rel))
-        except ModuleNotFoundError:
-            raise ConfigError(key, path, f"no package named {package!r}") from None
-    else:
-        resolved = Path(path).expanduser()
-    if not resolved.is_file():
-        raise ConfigError(key, path, "file not found")
-    return resolved
-
-
-def read_jsonl(text: str, where: str) -> list[tuple[int, object]]:
-    """(line number, object) for each non-blank line; `where` ("key: file") starts the error."""
-    rows = []
-    for lineno, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            rows.append((lineno, json.loads(line)))
-        except json.JSONDecodeError as err:
-            raise DataError(f"{where} line {lineno}: not valid JSON ({err.msg})") from None
-    return rows
-
-
-@dataclass(frozen=True)
-class Conversation:
-    prompt: str  # the first human turn
-    completion: str  # the reply to it; its length is the output length
-    exchanges: tuple[tuple[str, str], ...] = ()  # every (human turn, reply) pair, in order
+__all__ = ["DATASET_FORMATS", "TABLE_SUFFIXES", "Conversation", "DatasetColumns",
+           "check_dataset", "load_conversations", "load_sharegpt", "looks_local", "read_jsonl",
+           "resolve_path"]
 
 
 def load_sharegpt(path: str, key: str = "scenario.dataset") -> list[Conversation]:
@@ -72,38 +53,43 @@ def load_sharegpt(path: str, key: str = "scenario.dataset") -> list[Conversation
     conversations = []
     for index, item in items:
         turns = item.get("conversations") if isinstance(item, dict) else None
-        if not isinstance(turns, list) or not all(_is_turn(t) for t in turns):
+        if not isinstance(turns, list) or not all(is_turn(t) for t in turns):
             raise DataError(
                 f"{key}: {file} {where} {index}: expected an object with "
                 '"conversations": [{"from": ..., "value": ...}, ...]'
             )
         if len(turns) >= 2 and turns[0]["from"] == "human":
-            exchanges = _exchanges(turns)
+            exchanges = exchanges_of(turns)
             conversations.append(Conversation(*exchanges[0], exchanges=exchanges))
     if not conversations:
         raise DataError(f"{key}: {file} holds no conversation with a prompt and a reply")
     return conversations
 
 
-def _exchanges(turns: list[dict]) -> tuple[tuple[str, str], ...]:
-    """(human, reply) pairs from the start, up to the first turn out of that alternation."""
-    pairs = []
-    for human, reply in zip(turns[::2], turns[1::2], strict=False):
-        if human["from"] != "human" or reply["from"] == "human":
-            break
-        pairs.append((human["value"], reply["value"]))
-    return tuple(pairs)
+def _sharegpt(path: str, columns: DatasetColumns, key: str) -> list[Conversation]:
+    return load_sharegpt(path, key)
 
 
-def _is_turn(turn: object) -> bool:
-    return (
-        isinstance(turn, dict)
-        and isinstance(turn.get("from"), str)
-        and isinstance(turn.get("value"), str)
-    )
+def _auto(path: str, columns: DatasetColumns, key: str) -> list[Conversation]:
+    local_json = Path(path).suffix.lower() in (".json", ".jsonl") or path.startswith("pkg://")
+    name = "sharegpt" if local_json and not columns.mapped else "table"
+    return DATASET_FORMATS.get(name)(path, columns, key)
 
 
-# Dataset file formats by name (`scenario.dataset_format`): path, config key -> conversations.
-DATASET_FORMATS: Registry[Callable[[str, str], list[Conversation]]] = Registry(
-    "dataset format", {"sharegpt": load_sharegpt}
+# Dataset formats by name (`scenario.dataset_format`): (path or Hub name, columns, config
+# key) -> conversations.
+DATASET_FORMATS: Registry[Callable[[str, DatasetColumns, str], list[Conversation]]] = Registry(
+    "dataset format",
+    {"auto": _auto, "sharegpt": _sharegpt, "table": "llmperf.workload.dataset_table:load_table"},
 )
+
+
+def load_conversations(path: str, fmt: str, columns: DatasetColumns,
+                       key: str = "scenario.dataset") -> list[Conversation]:
+    return DATASET_FORMATS.get(fmt)(path, columns, key)
+
+
+def check_dataset(path: str, fmt: str, columns: DatasetColumns, key: str = "scenario.dataset") -> None:
+    """Fail before any engine starts: a local file must be there (a Hub name is read then)."""
+    if path.startswith("pkg://") or fmt == "sharegpt" or looks_local(path):
+        resolve_path(path, key)

@@ -5,11 +5,17 @@ JSONL in the Mooncake format, one request a line:
 or CSV with a header holding at least `timestamp,input_length,output_length`.
 Timestamps are milliseconds and must not decrease. `hash_ids` (optional) name the prompt's
 512-token blocks: two requests with the same leading ids share that prompt prefix.
+
+BurstGPT's CSV is read too, known by its header
+(`Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type`): timestamps in
+seconds, lengths from `Request tokens` and `Response tokens`. Its rows with 0 response
+tokens (requests that failed in the original service) are left out.
 """
 
 from __future__ import annotations
 
 import csv
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,6 +23,7 @@ from llmperf.errors import DataError
 from llmperf.workload.datasets import read_jsonl, resolve_path
 
 TRACE_FIELDS = ("timestamp", "input_length", "output_length")
+BURSTGPT_FIELDS = ("Timestamp", "Request tokens", "Response tokens")  # seconds, tokens, tokens
 TRACE_BLOCK_TOKENS = 512
 
 
@@ -48,12 +55,27 @@ def load_trace(path: str, key: str = "scenario.arrival.trace_path") -> list[Trac
 def _read_csv(file: Path, key: str) -> list[tuple[int, object]]:
     with file.open(newline="", encoding="utf-8") as f:
         reader = csv.DictReader(f)
+        if all(name in (reader.fieldnames or ()) for name in BURSTGPT_FIELDS):
+            return [(reader.line_num, row) for row in _burstgpt_rows(reader)]
         missing = [name for name in TRACE_FIELDS if name not in (reader.fieldnames or ())]
         if missing:
             raise DataError(
                 f"{key}: {file}: header lacks {', '.join(missing)}; expected {','.join(TRACE_FIELDS)}"
             )
         return [(reader.line_num, row) for row in reader]
+
+
+def _burstgpt_rows(reader: csv.DictReader) -> Iterator[dict[str, object]]:
+    """BurstGPT's rows in the Mooncake fields (timestamp in ms); failed requests left out."""
+    for row in reader:
+        timestamp, request, response = (row.get(name) for name in BURSTGPT_FIELDS)
+        if response in ("0", "0.0"):
+            continue
+        try:
+            timestamp = float(timestamp) * 1000.0
+        except (TypeError, ValueError):
+            pass  # _parse_row names the line
+        yield {"timestamp": timestamp, "input_length": request, "output_length": response}
 
 
 def _parse_row(raw: object, where: str) -> TraceRow:
