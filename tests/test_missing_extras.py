@@ -149,7 +149,13 @@ NEEDS_AN_EXTRA = {
         "llmperf",
         ["-m", "engine=synthetic", "hydra/launcher=ray"],
         BLOCKED,
-        ["hydra/launcher=ray needs hydra-ray-launcher", "pip install hydra-ray-launcher"],
+        ["hydra/launcher=ray needs hydra-ray-launcher", 'pip install -e ".[ray]"'],
+    ),
+    "llmperf on a Ray cluster": (
+        "llmperf",
+        ["engine=synthetic", "scenario.client.backend=ray", "scenario.client.workers=2"],
+        BLOCKED,
+        ["scenario.client.backend=ray needs ray", 'pip install -e ".[ray]"'],
     ),
     "llmperf-serve": (
         "llmperf.serve",

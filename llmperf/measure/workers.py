@@ -45,6 +45,7 @@ from typing import Any
 
 from engines.base import Request
 from llmperf.measure import event_loop
+from llmperf.measure.backends.plan import LoadParts, LoadPlan
 from llmperf.measure.client_cpu import CpuMeter
 from llmperf.measure.loadgen import LoadGenerator, LoadResult
 from llmperf.measure.records import RequestRecord
@@ -64,6 +65,13 @@ def perf_origin(origin_unix_ns: int, reads: int = 5) -> float:
             best_gap_s = after - before
             origin_s = (before + after) / 2 - (unix_ns - origin_unix_ns) / 1e9
     return origin_s
+
+
+def scaled_saturation(config: SaturationConfig | None, workers: int) -> SaturationConfig | None:
+    """Each worker's detector sees 1/N of the queue: its `min_waiting` is the run's over N."""
+    if config is None:
+        return None
+    return replace(config, min_waiting=max(1, math.ceil(config.min_waiting / workers)))
 
 
 def split(items: list, workers: int) -> list[list]:
@@ -90,6 +98,11 @@ class WorkerSpec:
     record_tokens: bool
     origin_unix_ns: int
     event_loop: str = "auto"
+    # How often the worker looks for the coordinator's messages and sends its records. A Ray
+    # actor's call to its mailbox stalls the loop now and then (backends/ray_pool.py), so
+    # there they are rarer.
+    control_poll_s: float = CONTROL_POLL_S
+    records_flush_s: float = RECORDS_FLUSH_S
 
 
 class WorkerPool:
@@ -116,6 +129,15 @@ class WorkerPool:
         self.on_measure_start = on_measure_start
         self._controls: list[Any] = []
         self._lock = threading.Lock()
+        self.clocks: list = []  # one host, one clock: no offsets to measure
+        self.lost: list = []  # a worker that dies ends the run (RuntimeError)
+
+    @classmethod
+    def from_options(cls, client: Any, parts: LoadParts) -> WorkerPool:
+        """From scenario.client (llmperf/measure/client_options.py) and the run's parts."""
+        return cls(client.workers, parts.engine_options, parts.model, parts.on_record,
+                   saturation=parts.saturation, record_tokens=parts.record_tokens,
+                   on_measure_start=parts.on_measure_start, event_loop=client.event_loop)
 
     def stop_sending(self, reason: str) -> None:
         """Every worker sends nothing more; what is in flight ends on its own. Any thread."""
@@ -130,21 +152,16 @@ class WorkerPool:
                 if i != but:
                     control.put(message)
 
-    def run(
-        self,
-        warmup: list[Request],
-        requests: list[Request],
-        concurrency: int | None = None,
-        duration_s: float | None = None,
-    ) -> LoadResult:
+    def run(self, plan: LoadPlan) -> LoadResult:
+        """The plan's warmup and requests (a list: split before the run) over the workers."""
+        warmup, requests = plan.warmup, list(plan.requests)
+        concurrency, duration_s = plan.concurrency, plan.duration_s
         ctx = mp.get_context("spawn")  # not fork: the coordinator runs threads (telemetry, HTTP)
         n = self.workers
         origin_unix_ns = time.time_ns()
         origin_s = perf_origin(origin_unix_ns)
         shares = split_concurrency(concurrency, n) if concurrency is not None else [None] * n
-        saturation = None
-        if self.saturation is not None:
-            saturation = replace(self.saturation, min_waiting=max(1, math.ceil(self.saturation.min_waiting / n)))
+        saturation = scaled_saturation(self.saturation, n)
         results_q = ctx.Queue()
         go, start_at = ctx.Event(), ctx.Value("d", 0.0)
         with self._lock:
@@ -246,7 +263,9 @@ def _forward_sigint(forward: Callable[[], None]):
 
 
 def worker_main(spec: WorkerSpec, results_q, control, go, start_at) -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # until the load generator takes it over
+    """One worker's load, in a process of its own (a Ray actor's thread: backends/ray_pool.py)."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # until the load generator takes it over
     try:
         from engines.registry import build_engine
 
@@ -283,7 +302,7 @@ async def _drive(spec: WorkerSpec, engine, results_q, control, go, start_at) -> 
 
     async def flush_often() -> None:
         while True:
-            await asyncio.sleep(RECORDS_FLUSH_S)
+            await asyncio.sleep(spec.records_flush_s)
             flush()
 
     loadgen = LoadGenerator(
@@ -296,7 +315,7 @@ async def _drive(spec: WorkerSpec, engine, results_q, control, go, start_at) -> 
         role=f"worker {spec.index}",
     )
     told: set[str] = set()
-    poller = loop.create_task(_obey(control, loadgen, told))
+    poller = loop.create_task(_obey(control, loadgen, told, spec.control_poll_s))
     flusher = loop.create_task(flush_often())
     try:
         result = await loadgen.run(spec.warmup, spec.requests, spec.concurrency, spec.duration_s)
@@ -309,10 +328,10 @@ async def _drive(spec: WorkerSpec, engine, results_q, control, go, start_at) -> 
     return result
 
 
-async def _obey(control, loadgen: LoadGenerator, told: set[str]) -> None:
+async def _obey(control, loadgen: LoadGenerator, told: set[str], poll_s: float) -> None:
     """The coordinator's messages: stop sending, interrupt, another worker's saturation."""
     while True:
-        await asyncio.sleep(CONTROL_POLL_S)
+        await asyncio.sleep(poll_s)
         with contextlib.suppress(queue.Empty):
             while True:
                 kind, payload = control.get_nowait()

@@ -12,6 +12,7 @@ from rich.console import Console
 from engines.base import Engine
 from engines.launch.server import ManagedServer
 from llmperf.hardware.profile import HardwareProfile
+from llmperf.measure.clock import ClockTrack
 from llmperf.measure.loadgen import LoadResult
 from llmperf.measure.records import RequestRecord
 from llmperf.run.config import Config
@@ -37,6 +38,8 @@ class Run:
     scraper: MetricsScraper | None = None
     server: ManagedServer | None = None  # the server engine.launch started, if any
     resources: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)  # closed at the end
+    clocks: list[ClockTrack] = field(default_factory=list)  # backend=ray: each worker's clock offset
+    workers_lost: list[Any] = field(default_factory=list)  # backend=ray: LostWorker, if any died
 
     @property
     def interrupted(self) -> bool:

@@ -7,6 +7,7 @@ rate, telemetry, the roofline (MBU/MFU), the latency prediction and cost per tok
 from __future__ import annotations
 
 import itertools
+import json
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,21 @@ def measured_steps(run: Run) -> list[StepStat]:
         return []
     start = run.load.origin_perf_counter_s + run.load.measure_start_s
     return [s for s in run.engine.step_stats() if s.start_s >= start]
+
+
+def add_load_backend_figures(run: Run) -> None:
+    """Workers on clocks of their own (backend=ray): each one's offset, its uncertainty and
+    drift into summary.json (the clocks_agree check) and environment.json; lost workers."""
+    if run.clocks:
+        clocks = [track.to_dict() for track in run.clocks]
+        run.summary["clocks"] = [{k: v for k, v in c.items() if k != "estimates"} for c in clocks]
+        path = run.run_dir / "environment.json"
+        if path.is_file():
+            environment = json.loads(path.read_text(encoding="utf-8"))
+            environment["clocks"] = clocks
+            path.write_text(json.dumps(environment, indent=2) + "\n", encoding="utf-8")
+    if run.workers_lost:
+        run.summary["workers_lost"] = [lost.to_dict() for lost in run.workers_lost]
 
 
 def saturation_summary(load: LoadResult) -> dict[str, Any]:

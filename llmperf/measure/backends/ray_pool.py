@@ -1,0 +1,436 @@
+"""The load over Ray actors on a cluster's nodes (`scenario.client.backend=ray`).
+
+The same split as the local processes (llmperf/measure/workers.py: request k to worker
+k mod N, warmup round robin, one coordinator), with Ray placing the workers and carrying
+their messages, and one thing Ray does not do: one clock.
+
+- **Placement.** One actor per worker, each in its own bundle of a SPREAD placement group,
+  so the workers land on as many nodes as the cluster has (`node` in every record).
+- **Messages.** One `Mailbox` actor: workers post their batched records and their
+  ready/done/saturated/failed messages to it; the coordinator collects them and posts the
+  control messages (stop sending, interrupt, another worker's saturation) and the measured
+  phase's start. Ray runs one caller's calls to an actor in order, so a worker's records
+  arrive before its "done".
+- **One clock.** Before the run, the coordinator measures each worker's wall-clock offset
+  with ping-pong probes (llmperf/measure/clock.py) and hands it the run's origin on the
+  worker's own clock; it probes again every `REPROBE_S` and at the end for the drift.
+- **Faults.** A worker whose actor dies (its node lost, the actor killed) is noticed within
+  `POLL_S`: its requests that were due (open loop; closed: in its slots) and have no record
+  are recorded as failed with `worker lost`, the others go on, and the loss is reported.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import queue
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+from engines.base import Request
+from llmperf.errors import require
+from llmperf.measure.backends.plan import LoadParts, LoadPlan
+from llmperf.measure.client_cpu import CpuMeter
+from llmperf.measure.clock import ClockTrack, estimate_offset
+from llmperf.measure.loadgen import LoadResult
+from llmperf.measure.records import RequestRecord
+from llmperf.measure.saturation import Saturation, SaturationConfig
+from llmperf.measure.workers import (
+    START_LEAD_S,
+    WorkerSpec,
+    merge,
+    perf_origin,
+    scaled_saturation,
+    split,
+    split_concurrency,
+    worker_main,
+)
+
+POLL_S = 0.1  # the coordinator collects messages and looks for lost workers this often
+REPROBE_S = 5.0  # clock offsets are measured again this often during the run
+# A worker looks for the coordinator's messages this often (local workers: every 20 ms): a
+# Ray call's submission on the load generator's loop took 1.7-4.5 ms at its p99 (timed
+# here), so every call is a chance of a late send. Records still go every 50 ms, so that a
+# lost worker takes at most 50 ms of finished requests with it.
+CONTROL_POLL_RAY_S = 0.2
+LOST = "worker lost"
+
+
+@dataclass(frozen=True)
+class LostWorker:
+    worker: int
+    node: str | None
+    at_s: float  # on the run's clock: when the coordinator noticed
+    in_flight: int  # its requests recorded as `worker lost`
+    reason: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"worker": self.worker, "node": self.node, "at_s": self.at_s,
+                "in_flight": self.in_flight, "reason": self.reason}
+
+
+def _ray():
+    return require("ray", "ray", "scenario.client.backend=ray")
+
+
+class RayPool:
+    """Runs the load in `workers` Ray actors; `run` blocks until every worker has ended or
+    been lost. After `run`: `clocks` (a ClockTrack per worker) and `lost` (LostWorker)."""
+
+    def __init__(
+        self,
+        workers: int,
+        engine_options: Any,
+        model: str,
+        on_record: Callable[[RequestRecord], None],
+        saturation: SaturationConfig | None = None,
+        record_tokens: bool = False,
+        on_measure_start: Callable[[], None] = lambda: None,
+        event_loop: str = "auto",
+        address: str = "auto",
+        cpus_per_worker: float = 1.0,
+        clock_correction: bool = True,
+        test_clock_offset_s: float = 0.0,
+    ) -> None:
+        self.workers = workers
+        self.engine_options = engine_options
+        self.model = model
+        self.on_record = on_record
+        self.saturation = saturation
+        self.record_tokens = record_tokens
+        self.on_measure_start = on_measure_start
+        self.event_loop = event_loop
+        self.address = address
+        self.cpus_per_worker = cpus_per_worker
+        self.clock_correction = clock_correction
+        self.test_clock_offset_s = test_clock_offset_s
+        self.clocks: list[ClockTrack] = []
+        self.lost: list[LostWorker] = []
+        self._mailbox = None
+        self._actors: list = []
+
+    @classmethod
+    def from_options(cls, client: Any, parts: LoadParts) -> RayPool:
+        """From scenario.client (llmperf/measure/client_options.py) and the run's parts."""
+        _ray()  # one line naming the extra before anything starts
+        return cls(client.workers, parts.engine_options, parts.model, parts.on_record,
+                   saturation=parts.saturation, record_tokens=parts.record_tokens,
+                   on_measure_start=parts.on_measure_start, event_loop=client.event_loop,
+                   address=client.ray_address, cpus_per_worker=client.ray_cpus_per_worker,
+                   clock_correction=client.clock_correction,
+                   test_clock_offset_s=client.test_clock_offset_s)
+
+    def stop_sending(self, reason: str) -> None:
+        self._tell_all(("stop_sending", reason))
+
+    def interrupt(self) -> None:
+        self._tell_all(("interrupt", None))
+
+    def _tell_all(self, message: tuple, but: int | None = None) -> None:
+        if self._mailbox is not None:
+            self._mailbox.tell_all.remote(message, but)
+
+    def run(self, plan: LoadPlan) -> LoadResult:
+        """The plan's warmup and requests (a list: split before the run) over the actors."""
+        warmup, requests = plan.warmup, list(plan.requests)
+        concurrency, duration_s = plan.concurrency, plan.duration_s
+        ray = _ray()
+        started_here = not ray.is_initialized()
+        if started_here:
+            address = None if self.address == "local" else self.address
+            ray.init(address=address, include_dashboard=False, log_to_driver=False,
+                     logging_level="ERROR", configure_logging=False)
+        try:
+            return self._run(ray, warmup, requests, concurrency, duration_s)
+        finally:
+            for actor in [*self._actors, self._mailbox]:
+                if actor is not None:
+                    with contextlib.suppress(Exception):
+                        ray.kill(actor)
+            self._actors, self._mailbox = [], None
+            if started_here:
+                ray.shutdown()
+
+    def _run(self, ray, warmup, requests, concurrency, duration_s) -> LoadResult:
+        from ray.util.placement_group import placement_group, remove_placement_group
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        n = self.workers
+        group = placement_group([{"CPU": self.cpus_per_worker}] * n, strategy="SPREAD")
+        ray.get(group.ready())
+        try:
+            mailbox_cls, worker_cls = _actor_classes(ray)
+            self._mailbox = mailbox_cls.remote(n)
+            shifts = [self.test_clock_offset_s if i == n - 1 else 0.0 for i in range(n)]
+            self._actors = [
+                worker_cls.options(
+                    num_cpus=self.cpus_per_worker,
+                    scheduling_strategy=PlacementGroupSchedulingStrategy(group, i),
+                    name=f"llmperf-{os.getpid()}-worker-{i}",
+                ).remote(shifts[i])
+                for i in range(n)
+            ]
+            nodes = ray.get([a.node.remote() for a in self._actors])
+            return self._drive(ray, nodes, warmup, requests, concurrency, duration_s)
+        finally:
+            with contextlib.suppress(Exception):
+                remove_placement_group(group)
+
+    def _drive(self, ray, nodes, warmup, requests, concurrency, duration_s) -> LoadResult:
+        n = self.workers
+        origin_unix_ns = time.time_ns()
+        origin_s = perf_origin(origin_unix_ns)
+        self.clocks = [
+            ClockTrack(i, nodes[i], [estimate_offset(_probe(ray, a))], 0.0)
+            for i, a in enumerate(self._actors)
+        ]
+        for track in self.clocks:
+            track.applied_offset_s = track.first.offset_s if self.clock_correction else 0.0
+        shares = split_concurrency(concurrency, n) if concurrency is not None else [None] * n
+        saturation = scaled_saturation(self.saturation, n)
+        schedule = split(requests, n)
+        runs = {}
+        for i, (w, r) in enumerate(zip(split(warmup, n), schedule, strict=True)):
+            origin_here = origin_unix_ns + round(self.clocks[i].applied_offset_s * 1e9)
+            spec = WorkerSpec(i, self.engine_options, self.model, w, r, shares[i], duration_s,
+                              saturation, self.record_tokens, origin_here, self.event_loop,
+                              control_poll_s=CONTROL_POLL_RAY_S)
+            runs[self._actors[i].run.remote(spec, self._mailbox)] = i
+
+        results: dict[int, LoadResult] = {}
+        recorded: dict[int, set[str]] = {i: set() for i in range(n)}
+        verdict: Saturation | None = None
+        ready, start_s = 0, None
+        coordinator = CpuMeter("coordinator")
+        prober = _Reprober(ray, self._actors, self.clocks)
+        try:
+            while len(results) + len(self.lost) < n:
+                for kind, index, payload in ray.get(self._mailbox.collect.remote()):
+                    if kind == "records":
+                        for record in payload:
+                            recorded[index].add(record.id)
+                            self.on_record(replace(record, node=nodes[index]))
+                    elif kind == "ready":
+                        ready += 1
+                    elif kind == "saturated" and verdict is None:
+                        verdict = replace(payload, rate_rps=payload.rate_rps * n,
+                                          waiting=payload.waiting * n)
+                        self._tell_all(("saturated", verdict), but=index)
+                    elif kind == "done":
+                        results[index] = payload
+                    elif kind == "failed":
+                        self.interrupt()
+                        raise RuntimeError(f"load worker {index} failed:\n{payload}")
+                self._note_lost(ray, runs, results, recorded, schedule, shares, nodes,
+                                time.perf_counter() - origin_s, start_s)
+                if start_s is None and ready and ready == n - len(self.lost):
+                    start_s = time.perf_counter() - origin_s + START_LEAD_S
+                    self._measure_started(origin_s + start_s)
+                    self._mailbox.set_start.remote(start_s)
+                    coordinator.start()
+                    prober.start()
+                if len(results) + len(self.lost) < n:
+                    time.sleep(POLL_S)
+        finally:
+            prober.stop()
+        if not results:
+            raise RuntimeError("every load worker was lost: " + "; ".join(
+                f"worker {lost.worker}: {lost.reason}" for lost in self.lost))
+        for track in self.clocks:  # the last estimate, for the drift over the whole run
+            with contextlib.suppress(Exception):
+                track.estimates.append(estimate_offset(_probe(ray, self._actors[track.worker])))
+        merged = merge(results, origin_s, origin_unix_ns, start_s or 0.0, verdict)
+        if self.lost:
+            merged.end_s = max(merged.end_s, *(lost.at_s for lost in self.lost))
+        cpu = coordinator.stop()
+        merged.client_cpu += [cpu] if cpu is not None else []
+        return merged
+
+    def _measure_started(self, start_perf_s: float) -> None:
+        """Every worker is warm: the measured phase starts at `start_perf_s` (perf_counter)."""
+        self.on_measure_start()
+
+    def _note_lost(self, ray, runs, results, recorded, schedule, shares, nodes, now_s,
+                   start_s) -> None:
+        """Workers whose actor died: their in-flight requests as `worker lost` records (none
+        before the measured phase: a worker lost in its warmup leaves its share unsent)."""
+        pending = [ref for ref, i in runs.items() if i not in results]
+        done, _ = ray.wait(pending, num_returns=len(pending), timeout=0) if pending else ([], [])
+        for ref in done:
+            index = runs.pop(ref)
+            try:
+                ray.get(ref)
+                continue  # ended normally: its "done" is on the way
+            except Exception as error:  # RayActorError, a node's death: the worker is gone
+                reason = type(error).__name__
+            lost = [] if start_s is None else _in_flight(schedule[index], recorded[index],
+                                                         shares[index], now_s - start_s)
+            for request in lost:
+                self.on_record(_lost_record(request, index, nodes[index], start_s, now_s))
+            self.lost.append(LostWorker(index, nodes[index], now_s, len(lost), reason))
+
+
+def _in_flight(requests: list[Request], recorded: set[str], slots: int | None,
+               elapsed_s: float) -> list[Request]:
+    """A lost worker's requests that were sent and had no record: in an open loop those due
+    `elapsed_s` into the measured phase (one due between the loss and its notice, at most
+    POLL_S, counts too); in a closed loop its next `slots` requests, in the order its users
+    take them."""
+    if slots is None:
+        return [r for r in requests if r.arrival_s <= elapsed_s and r.id not in recorded]
+    unrecorded = [r for r in requests if r.id not in recorded]
+    return unrecorded[: max(0, min(slots, len(requests) - len(recorded)))]
+
+
+def _lost_record(request: Request, worker: int, node: str | None, start_s: float,
+                 now_s: float) -> RequestRecord:
+    sent_s = min(start_s + request.arrival_s, now_s)  # a closed loop's send time is not known
+    return RequestRecord(id=request.id, arrival_s=sent_s, dispatch_s=sent_s, first_token_s=None,
+                         end_s=now_s, finish_reason="error", error=LOST, worker=worker, node=node)
+
+
+def _probe(ray, actor) -> Callable[[], int]:
+    return lambda: ray.get(actor.now_ns.remote())
+
+
+class _Reprober:
+    """Measures every worker's offset again every REPROBE_S while the load runs."""
+
+    def __init__(self, ray, actors: list, clocks: list[ClockTrack]) -> None:
+        self._ray, self._actors, self._clocks = ray, actors, clocks
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="llmperf-clock-probe", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=5)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(REPROBE_S):
+            for track in self._clocks:
+                with contextlib.suppress(Exception):  # a lost worker answers no more
+                    track.estimates.append(
+                        estimate_offset(_probe(self._ray, self._actors[track.worker])))
+
+
+# -- the actors ------------------------------------------------------------------------
+
+
+def _actor_classes(ray):
+    """The Mailbox and LoadWorker actor classes (made once ray is imported)."""
+    global _CLASSES
+    if _CLASSES is None:
+        _CLASSES = (ray.remote(num_cpus=0)(Mailbox), ray.remote(max_concurrency=2)(LoadWorker))
+    return _CLASSES
+
+
+_CLASSES = None
+
+
+class Mailbox:
+    """Messages between the coordinator and the workers (one actor for all of them)."""
+
+    def __init__(self, workers: int) -> None:
+        self._to_coordinator: list[tuple] = []
+        self._to_worker: list[list[tuple]] = [[] for _ in range(workers)]
+        self._start_s: float | None = None
+
+    def post(self, message: tuple) -> None:
+        self._to_coordinator.append(message)
+
+    def collect(self) -> list[tuple]:
+        messages, self._to_coordinator = self._to_coordinator, []
+        return messages
+
+    def tell_all(self, message: tuple, but: int | None) -> None:
+        for i, box in enumerate(self._to_worker):
+            if i != but:
+                box.append(message)
+
+    def take(self, worker: int) -> list[tuple]:
+        messages, self._to_worker[worker] = self._to_worker[worker], []
+        return messages
+
+    def set_start(self, start_s: float) -> None:
+        self._start_s = start_s
+
+    def start_s(self) -> float | None:
+        return self._start_s
+
+
+class LoadWorker:
+    """One load generator on a node: `run` drives its share (llmperf/measure/workers.py's
+    worker_main) while `now_ns` answers clock probes on a second thread."""
+
+    def __init__(self, test_clock_offset_s: float = 0.0) -> None:
+        self._shift_ns = round(test_clock_offset_s * 1e9)
+
+    def now_ns(self) -> int:
+        """This worker's wall clock (shifted by the test-only offset)."""
+        return time.time_ns() + self._shift_ns
+
+    def node(self) -> str:
+        import ray
+
+        return ray.get_runtime_context().get_node_id()
+
+    def run(self, spec: WorkerSpec, mailbox) -> None:
+        # spec.origin_unix_ns is on this worker's clock; worker_main reads the host's own
+        spec = replace(spec, origin_unix_ns=spec.origin_unix_ns - self._shift_ns)
+        start = _Start(mailbox)
+        worker_main(spec, _Outbox(mailbox), _Inbox(mailbox, spec.index), start, start)
+
+
+class _Outbox:
+    """worker_main's results queue: a post to the mailbox (in order, not awaited)."""
+
+    def __init__(self, mailbox) -> None:
+        self._mailbox = mailbox
+
+    def put(self, message: tuple) -> None:
+        self._mailbox.post.remote(message)
+
+
+class _Inbox:
+    """worker_main's control queue: get_nowait() over the mailbox's messages for it. It runs
+    on the load generator's loop, so it never waits on the mailbox: one `take` is always
+    under way, and a poll only looks whether it has come back."""
+
+    def __init__(self, mailbox, worker: int) -> None:
+        import ray
+
+        self._ray, self._mailbox, self._worker = ray, mailbox, worker
+        self._pending: list[tuple] = []
+        self._asked = mailbox.take.remote(worker)
+
+    def get_nowait(self) -> tuple:
+        if not self._pending:
+            ready, _ = self._ray.wait([self._asked], timeout=0)
+            if ready:
+                self._pending = self._ray.get(self._asked)
+                self._asked = self._mailbox.take.remote(self._worker)
+        if not self._pending:
+            raise queue.Empty
+        return self._pending.pop(0)
+
+
+class _Start:
+    """worker_main's go event and start time: wait() until the coordinator sets the start."""
+
+    def __init__(self, mailbox) -> None:
+        self._mailbox = mailbox
+        self.value = 0.0
+
+    def wait(self) -> None:
+        import ray
+
+        while (start_s := ray.get(self._mailbox.start_s.remote())) is None:
+            time.sleep(0.01)
+        self.value = start_s

@@ -1,0 +1,270 @@
+"""scenario.client.backend=ray: the load from Ray actors spread over a cluster's nodes (here
+three simulated nodes of ray.cluster_utils.Cluster on one machine), on one clock measured
+by ping-pong probes, with lost workers recorded."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import random
+import threading
+import time
+
+import pytest
+from rich.console import Console
+
+from engines.reference.tokenizer import ByteTokenizer
+from llmperf.measure.clock import ClockTrack, estimate_offset
+from llmperf.measure.metrics import compute_metrics
+from llmperf.measure.records import RequestRecord
+from llmperf.run.runner import run_benchmark
+from llmperf.serve.app import build_app
+from llmperf.serve.server import ServerThread, build_server
+from llmperf.workload.requests import Workload
+
+ray = pytest.importorskip("ray")
+
+
+# -- the clock, without Ray --------------------------------------------------------------
+
+
+def test_the_fastest_probe_bounds_a_known_offset_and_drift_shows_later():
+    rng = random.Random(7)
+    true_offset_ns = 250_000_000
+    now = [1_000_000_000_000]
+
+    def coordinator_ns() -> int:
+        return now[0]
+
+    def probe() -> int:  # asymmetric one-way delays of 0.2-3 ms each way
+        now[0] += rng.randint(200_000, 3_000_000)
+        read = now[0] + true_offset_ns
+        now[0] += rng.randint(200_000, 3_000_000)
+        return read
+
+    first = estimate_offset(probe, probes=16, now_ns=coordinator_ns)
+    assert abs(first.offset_s - 0.25) <= first.uncertainty_s
+    assert first.uncertainty_s == pytest.approx(first.rtt_s / 2) and first.rtt_s >= 0.0004
+    true_offset_ns += 300_000  # the worker's clock gains 0.3 ms over the next ten seconds
+    now[0] += 10_000_000_000
+    later = estimate_offset(probe, probes=16, now_ns=coordinator_ns)
+    track = ClockTrack(0, "node", [first, later], applied_offset_s=first.offset_s)
+    assert track.drift_s == pytest.approx(0.0003, abs=first.uncertainty_s + later.uncertainty_s)
+    assert track.error_s == pytest.approx(track.uncertainty_s + abs(track.drift_s))
+    off = ClockTrack(0, "node", [first, later], applied_offset_s=0.0)
+    assert off.error_s > 0.25  # uncorrected, the whole offset counts
+
+
+# -- runs on a simulated three-node cluster ----------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    from ray.cluster_utils import Cluster
+
+    nodes = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
+    for _ in range(2):
+        nodes.add_node(num_cpus=1)
+    ray.init(address=nodes.address, include_dashboard=False, log_to_driver=False,
+             logging_level="ERROR")
+    yield nodes
+    ray.shutdown()
+    nodes.shutdown()
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    log = tmp_path_factory.mktemp("serve") / "served.jsonl"
+    server = build_server({"model": "syn", "tpot_s": 0.002}, engine_name="synthetic",
+                          request_log=log)
+    with ServerThread(build_app(server)) as running:
+        yield running.base_url, log
+
+
+def run(tmp_path, *overrides: str):
+    from tests.test_run_figures import compose_config
+
+    config = compose_config([
+        "scenario.arrival.process=poisson", "scenario.arrival.rate_rps=40",
+        "scenario.num_requests=60", "scenario.warmup_requests=3",
+        "scenario.prompt_tokens.dist=fixed", "scenario.prompt_tokens.value=16",
+        "scenario.output_tokens.dist=fixed", "scenario.output_tokens.value=4",
+        "scenario.client.workers=3", "scenario.client.backend=ray",
+        "scenario.validity.min_duration_s=0", "hardware=h100-sxm", "telemetry.enabled=false",
+        "report.enabled=false", *overrides,
+    ])
+    run_benchmark(config, tmp_path, console=Console(file=io.StringIO()))
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    records = [json.loads(line) for line in (tmp_path / "requests.jsonl").read_text().splitlines()]
+    return summary, records, config
+
+
+def checks(summary: dict) -> dict[str, dict]:
+    return {c["check"]: c for c in summary["validity"]}
+
+
+def test_three_workers_on_three_nodes_record_each_request_once(cluster, tmp_path):
+    summary, records, config = run(tmp_path, "engine=synthetic", "engine.tpot_s=0.002")
+    assert summary["valid"], [c for c in summary["validity"] if not c["ok"]]
+    ids = [r["id"] for r in records]
+    assert len(ids) == len(set(ids)) == 63  # 60 measured + 3 warmup, each once
+    expected = {r.id for r in Workload(config.scenario, ByteTokenizer(259)).requests()}
+    assert {r["id"] for r in records if not r["warmup"]} == expected
+    assert len({r["node"] for r in records}) == 3
+    assert {r["worker"]: r["node"] for r in records}.keys() == {0, 1, 2}
+    for worker in range(3):  # one node per worker
+        assert len({r["node"] for r in records if r["worker"] == worker}) == 1
+    # The summary is the one the merged requests.jsonl gives
+    again = compute_metrics([RequestRecord.from_dict(r) for r in records], config.scenario.slo)
+    for figure in ("num_completed", "output_throughput_tps", "request_throughput_rps"):
+        assert summary[figure] == pytest.approx(again[figure])
+    for figure in ("ttft_s", "tpot_s", "e2e_s"):
+        assert summary[figure]["median"] == pytest.approx(again[figure]["median"])
+    environment = json.loads((tmp_path / "environment.json").read_text())
+    assert [c["worker"] for c in environment["clocks"]] == [0, 1, 2]
+    assert all(len(c["estimates"]) >= 2 for c in environment["clocks"])  # before and after
+
+
+def test_a_shifted_worker_clock_is_measured_and_corrected_on_the_servers_timeline(
+        cluster, served, tmp_path):
+    base_url, log = served
+    log.write_text("")
+    common = ("engine=openai", f"engine.base_url={base_url}", "engine.model=syn",
+              "engine.metrics_url=off", "scenario.client.test_clock_offset_s=0.25")
+    summary, records, _ = run(tmp_path / "on", *common)
+    shifted = summary["clocks"][2]
+    assert abs(shifted["offset_s"] - 0.25) <= shifted["uncertainty_s"] + 1e-4
+    assert shifted["uncertainty_s"] < 0.001
+    assert summary["valid"] and checks(summary)["clocks_agree"]["ok"]
+    # The server's own clock (this host's) saw no request before its intended arrival
+    served_at = {json.loads(line)["client_request_id"]: json.loads(line)["arrival_unix_s"]
+                 for line in log.read_text().splitlines()}
+    origin = summary["origin_unix_s"]
+    early = [served_at[r["id"]] - (origin + r["arrival_s"]) for r in records if not r["warmup"]]
+    assert min(early) > -0.002, min(early)
+
+    log.write_text("")
+    summary, records, _ = run(tmp_path / "off", *common, "scenario.client.clock_correction=false")
+    check = checks(summary)["clocks_agree"]
+    assert not summary["valid"] and not check["ok"]
+    assert "clock_correction=false" in check["detail"] and "worker 2" in check["detail"]
+    served_at = {json.loads(line)["client_request_id"]: json.loads(line)["arrival_unix_s"]
+                 for line in log.read_text().splitlines()}
+    lead = sorted(summary["origin_unix_s"] + r["arrival_s"] - served_at[r["id"]]
+                  for r in records if r["worker"] == 2 and not r["warmup"])
+    # Uncorrected, worker 2 sent ~250 ms early (its first few less: the start reached it only
+    # 0.1 s ahead of the coordinator's, so on its clock they were already due)
+    assert lead[0] > 0.1 and lead[len(lead) // 2] > 0.2
+
+
+def test_a_killed_worker_gives_worker_lost_records_for_exactly_its_requests_in_flight(
+        cluster, tmp_path):
+    # Nearly even gaps (gamma, CV 1%): 3 req/s, one a second per worker, each 1.2 s long, so
+    # each worker has one or two in flight; worker 2 is killed 0.3 s after one of its sends.
+    overrides = ("engine=synthetic", "engine.tpot_s=0.02", "scenario.output_tokens.value=60",
+                 "scenario.arrival.process=gamma", "scenario.arrival.rate_rps=3",
+                 "scenario.arrival.burstiness=10000", "scenario.num_requests=18",
+                 "scenario.warmup_requests=0")
+    from tests.test_run_figures import compose_config
+
+    schedule = list(Workload(compose_config(list(overrides) + ["scenario.client.workers=3"]).scenario,
+                             ByteTokenizer(259)).requests())
+    worker2 = schedule[2::3]
+    victim_send_s = worker2[2].arrival_s  # its third request
+    killed_at: list[float] = []
+
+    def kill() -> None:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                actor = ray.get_actor(f"llmperf-{os.getpid()}-worker-2")
+                break
+            except ValueError:
+                time.sleep(0.05)
+        summary_origin = started.wait(60)
+        assert summary_origin
+        time.sleep(max(0.0, start_s[0] + victim_send_s + 0.3 - time.perf_counter()))
+        killed_at.append(time.perf_counter())
+        ray.kill(actor, no_restart=True)
+
+    started, start_s = threading.Event(), [0.0]
+    import llmperf.measure.backends.ray_pool as ray_pool
+
+    original = ray_pool.RayPool._measure_started
+
+    def note_start(self, start_perf_s: float) -> None:
+        original(self, start_perf_s)
+        start_s[0] = start_perf_s
+        started.set()
+
+    ray_pool.RayPool._measure_started = note_start
+    killer = threading.Thread(target=kill, daemon=True)
+    killer.start()
+    try:
+        summary, records, _ = run(tmp_path, *overrides)
+    finally:
+        ray_pool.RayPool._measure_started = original
+    killer.join(timeout=5)
+    kill_s = killed_at[0] - summary["origin_perf_counter_s"]
+    lost = {r["id"] for r in records if r["error"] == "worker lost"}
+    # in flight: sent before the kill and not done by then (each takes ~1.2 s)
+    expected = {r.id for r in worker2
+                if summary["measure_start_s"] + r.arrival_s <= kill_s
+                and not any(x["id"] == r.id and x["error"] is None and x["end_s"] <= kill_s
+                            for x in records)}
+    assert lost == expected and 1 <= len(lost) <= 2
+    assert all(r["worker"] == 2 for r in records if r["error"] == "worker lost")
+    # the others went on to the end: every request of workers 0 and 1 completed
+    assert {r["id"] for r in records if r["worker"] != 2 and r["error"] is None} == {
+        r.id for k, r in enumerate(schedule) if k % 3 != 2}
+    assert not summary["valid"]
+    assert summary["workers_lost"][0]["worker"] == 2
+    assert summary["workers_lost"][0]["in_flight"] == len(lost)
+    assert "worker 2" in checks(summary)["no_worker_lost"]["detail"]
+
+
+def test_a_sweep_on_the_ray_launcher_runs_one_job_at_a_time_with_a_server_resource(tmp_path):
+    pytest.importorskip("hydra_plugins.hydra_ray_launcher")
+    import subprocess
+    import sys
+
+    sweep = tmp_path / "sweep"
+    result = subprocess.run(
+        [sys.executable, "-m", "llmperf", "-m", "hydra/launcher=ray",
+         "+hydra.launcher.ray.init.address=local",  # its own Ray, not this module's cluster
+         "+hydra.launcher.ray.init.resources={llmperf_server:1}",
+         "+hydra.launcher.ray.remote.resources={llmperf_server:1}",
+         "engine=synthetic", "engine.tpot_s=0.01", "scenario.num_requests=20",
+         "scenario.validity.min_duration_s=0", "report.enabled=false", "telemetry.enabled=false",
+         "scenario.arrival.rate_rps=20,40,60", f"hydra.sweep.dir={sweep}"],
+        capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert len((sweep / "sweep.csv").read_text().splitlines()) == 4
+    windows = []
+    for summary_path in sweep.glob("*/summary.json"):
+        origin = json.loads(summary_path.read_text())["origin_unix_s"]
+        records = [json.loads(line) for line in
+                   (summary_path.parent / "requests.jsonl").read_text().splitlines()]
+        windows.append((origin + min(r["dispatch_s"] for r in records),
+                        origin + max(r["end_s"] for r in records)))
+    windows.sort()
+    assert len(windows) == 3
+    assert all(end <= next_start for (_, end), (next_start, _) in zip(windows, windows[1:]))
+
+
+def test_the_backend_option_names_every_load_backend():
+    from llmperf.measure.backends import LOAD_BACKENDS
+    from llmperf.measure.client_options import LOAD_BACKEND_NAMES, ClientConfig
+
+    from llmperf.measure.backends import backend_name
+
+    # `loop` is chosen, not named: one worker on this host runs on the run's own loop
+    assert ("loop", *LOAD_BACKEND_NAMES) == LOAD_BACKENDS.names
+    with pytest.raises(ValueError, match="processes, ray"):
+        ClientConfig(backend="k8s")
+    assert backend_name(ClientConfig()) == "loop"
+    assert backend_name(ClientConfig(workers=2)) == "processes"
+    assert backend_name(ClientConfig(backend="ray")) == "ray"
+    with pytest.raises(ValueError, match="only the ray backend"):
+        ClientConfig(test_clock_offset_s=0.25)
