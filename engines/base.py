@@ -62,6 +62,7 @@ class Request:
     session_id: str | None = None  # a multi-turn session's requests share it
     turn: int = 0  # the turn's index within its session
     shared_prefix_tokens: int = 0  # leading prompt tokens an earlier request already sent
+    images: tuple[bytes, ...] = ()  # encoded PNG or JPEG files, sent as content parts (HTTP chat APIs)
 
     def __post_init__(self) -> None:
         if self.max_tokens < 1:
@@ -136,6 +137,7 @@ class TokenEvent:
     # when the response's headers arrived; None: not an HTTP engine, or it never got that far
     written_s: float | None = None
     headers_s: float | None = None
+    image_tokens: int | None = None  # final event: the server's usage counted this many for images
 
 
 @dataclass
@@ -160,6 +162,7 @@ class StepStat:
     preemptions: int = 0  # sequences preempted during this step
     prefix_cache_hit_tokens: int = 0  # prompt tokens served from the prefix cache
     cpu_s: float | None = None  # CPU time the process (all its threads) spent in the step
+    request_ids: list[str] = field(default_factory=list)  # the requests computed in it (padding left out)
 
     @property
     def num_tokens(self) -> int:

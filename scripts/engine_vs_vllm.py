@@ -2,7 +2,7 @@
 """The reference engine against vLLM's CPU build, offline, on one checkpoint: regenerates
 docs/engine-vs-vllm.md.
 
-    python scripts/engine_vs_vllm.py --checkpoint DIR          # about 6 minutes on 2 cores
+    python scripts/engine_vs_vllm.py --checkpoint DIR          # about 30 minutes on 2 cores
     llmperf-export model=llama-107m out=DIR                    # a checkpoint to use
 
 For each precision (bf16, fp32), in one job, side by side, in --repeats rounds: `vllm bench
@@ -15,14 +15,17 @@ the same command, so that vLLM's compile cache is warm. vLLM's figure includes n
 (its own definition: all requests over the elapsed time); llmperf's is the measured window
 after 2 warmup requests, so the two are each tool's own offline figure.
 
-The reference engine runs once per variant (`--variants`, each a KV cache, an attention
-backend and whether the C++ elementwise ops are on: `CACHE[/ATTENTION][+fused]`, sdpa when
-not named): paged (as vLLM; sdpa's decode attention gathers each sequence's blocks into a
-padded batch), paged/cpu (decode attention by the C++ kernel that reads the blocks in place,
+The reference engine runs once per variant (`--variants`): `defaults` (no engine option
+but the workload's: `attention=auto fused_ops=auto`, the path a new user gets), or a KV
+cache, an attention backend and whether the C++ elementwise ops are on,
+`CACHE[/ATTENTION][+fused]` (sdpa and torch's ops when not named): paged (as vLLM; sdpa's
+decode attention gathers each sequence's blocks into a padded batch: the slow path, kept for
+comparison), paged/cpu (decode attention by the C++ kernel that reads the blocks in place,
 `attention=cpu`), paged/cpu+fused (and RMSNorm, RoPE and SiLU-and-mul as one C++ op each,
-`engine.fused_ops=true`) and contiguous (a slot of
+`engine.fused_ops=true`: the best explicit options on a CPU) and contiguous (a slot of
 `max_model_len` positions per sequence, read in place; its context is cut to 256 positions,
-enough for 128 + 64, so that 64 slots fit in the same KV memory).
+enough for 128 + 64, so that 64 slots fit in the same KV memory). Each request count of
+`--requests` (32,64 by default) is its own table row.
 
 Below the table, for each precision and variant, where the reference engine's time went: its measured
 window split by step kind from its own steps.jsonl (prefill, decode, and the time between
@@ -53,6 +56,7 @@ KV_BLOCK_SIZE = 16  # the reference engine's default kv_block_size
 MAX_MODEL_LEN = 2048  # both engines' context (paged)
 CONTIGUOUS_MAX_MODEL_LEN = 256  # the contiguous cache's slot: 128 + 64 positions, rounded up
 VLLM_DTYPE = {"bf16": "bfloat16", "fp32": "float32"}
+DEFAULTS = "defaults"  # the variant that names no engine option
 
 
 def parse_args() -> argparse.Namespace:
@@ -60,11 +64,11 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--checkpoint", required=True, help="a Hugging Face checkpoint folder")
     p.add_argument("--vllm", default=str(VLLM_DEFAULT), help="the vllm executable (its own venv)")
     p.add_argument("--threads-bind", default="0-1", help="VLLM_CPU_OMP_THREADS_BIND (0-1 is best on 2 cores)")
-    p.add_argument("--requests", type=int, default=64)
+    p.add_argument("--requests", default="32,64", help="request counts, comma-separated: one set of rounds each")
     p.add_argument("--precisions", default="bf16,fp32")
-    p.add_argument("--variants", default="paged,paged/cpu,paged/cpu+fused,contiguous",
-                   help="the reference engine's variants, one run each: CACHE[/ATTENTION][+fused]"
-                        " (sdpa when not named; +fused: engine.fused_ops=true)")
+    p.add_argument("--variants", default="defaults,paged/cpu+fused,paged",
+                   help="the reference engine's variants, one run each: defaults (no engine option: auto),"
+                        " or CACHE[/ATTENTION][+fused] (sdpa when not named; +fused: engine.fused_ops=true)")
     p.add_argument("--repeats", type=int, default=3,
                    help="rounds of vLLM then each reference variant, alternating; the table gives medians and every run")
     p.add_argument("--max-num-seqs", type=int, default=64, help="the reference engine's batch limit")
@@ -88,10 +92,10 @@ def run(cmd: list[str], env: dict, log: Path) -> None:
         raise SystemExit(f"engine_vs_vllm: {shlex.join(cmd[:4])} ... failed ({done.returncode}); see {log}")
 
 
-def vllm_command(args, precision: str, out: Path) -> list[str]:
+def vllm_command(args, precision: str, requests: int, out: Path) -> list[str]:
     return [args.vllm, "bench", "throughput", "--model", args.checkpoint, "--dtype", VLLM_DTYPE[precision],
             "--max-model-len", str(MAX_MODEL_LEN), "--dataset-name", "random", "--random-input-len", str(INPUT_TOKENS),
-            "--random-output-len", str(OUTPUT_TOKENS), "--num-prompts", str(args.requests), "--seed", "0",
+            "--random-output-len", str(OUTPUT_TOKENS), "--num-prompts", str(requests), "--seed", "0",
             "--output-json", str(out)]
 
 
@@ -109,8 +113,11 @@ def max_model_len(cache: str) -> int:
     return CONTIGUOUS_MAX_MODEL_LEN if cache == "contiguous" else MAX_MODEL_LEN
 
 
-def split_variant(variant: str) -> tuple[str, str, bool]:
-    """`paged/cpu+fused` -> ("paged", "cpu", True); `paged` -> ("paged", "sdpa", False)."""
+def split_variant(variant: str) -> tuple[str, str, bool | None]:
+    """`paged/cpu+fused` -> ("paged", "cpu", True); `paged` -> ("paged", "sdpa", False);
+    `defaults` -> ("paged", "auto", None): the engine's defaults, nothing named."""
+    if variant == DEFAULTS:
+        return "paged", "auto", None
     base, plus, extra = variant.partition("+")
     if plus and extra != "fused":
         raise SystemExit(f"engine_vs_vllm: error: variant {variant!r}: only +fused may follow the attention")
@@ -118,15 +125,22 @@ def split_variant(variant: str) -> tuple[str, str, bool]:
     return cache, attention or "sdpa", bool(plus)
 
 
-def llmperf_command(args, precision: str, variant: str, run_dir: Path) -> list[str]:
+def path_options(variant: str, prefix: str = "") -> list[str]:
+    """The variant's KV cache, attention and fused_ops as options; none for `defaults`."""
     cache, attention, fused = split_variant(variant)
+    if fused is None:
+        return []
+    return [f"{prefix}kv_cache={cache}", f"{prefix}attention={attention}", f"{prefix}fused_ops={str(fused).lower()}"]
+
+
+def llmperf_command(args, precision: str, requests: int, variant: str, run_dir: Path) -> list[str]:
+    cache, _, _ = split_variant(variant)
     return [sys.executable, "-m", "llmperf", f"model.path={args.checkpoint}", "engine=reference",
-            f"engine.precision={precision}", f"engine.kv_cache={cache}", f"engine.attention={attention}",
-            f"engine.fused_ops={str(fused).lower()}",
+            f"engine.precision={precision}", *path_options(variant, "engine."),
             f"engine.max_num_seqs={args.max_num_seqs}",
             f"engine.num_kv_blocks={kv_blocks(args, precision)}", f"engine.max_model_len={max_model_len(cache)}",
             f"engine.max_num_batched_tokens={args.max_num_batched_tokens}", "scenario=offline",
-            f"scenario.num_requests={args.requests}", f"scenario.prompt_tokens.value={INPUT_TOKENS}",
+            f"scenario.num_requests={requests}", f"scenario.prompt_tokens.value={INPUT_TOKENS}",
             f"scenario.output_tokens.value={OUTPUT_TOKENS}", "scenario.ignore_eos=true",
             "telemetry.enabled=false", "report.enabled=false", f"hydra.run.dir={run_dir}"]
 
@@ -147,13 +161,11 @@ def window_steps(run_dir: Path, kind: str) -> list[dict]:
 def profile_commands(args, precision: str, variant: str, run_dir: Path) -> dict[str, list[str]]:
     """One decode step at the run's median decode batch and mean context, op by op; for the
     first variant, one prefill step at its median prefill batch and the prompt length too."""
-    cache, attention, fused = split_variant(variant)
     decode = window_steps(run_dir, "decode")
     batch = int(statistics.median(x["num_seqs"] for x in decode))
     context = int(statistics.mean(x["context_tokens"] / x["num_seqs"] for x in decode))
     base = [sys.executable, str(ROOT / "scripts/profile_decode.py"), f"model={args.checkpoint}",
-            f"precision={precision}", f"kv_cache={cache}", f"attention={attention}",
-            f"fused_ops={str(fused).lower()}", "rows=12"]
+            f"precision={precision}", *path_options(variant), "rows=12"]
     commands = {"decode": [*base, f"batch={batch}", f"context={context}", "repeats=5"]}
     if variant == args.variants.split(",")[0]:
         prefill = window_steps(run_dir, "prefill")
@@ -173,9 +185,13 @@ def time_split(run_dir: Path) -> list[str]:
         if not mine:
             continue
         seconds = sum(x["duration_s"] for x in mine)
-        mbu, mfu = summary.get(f"mbu_{kind}"), summary.get(f"mfu_{kind}")
+        peak = "_measured" if summary.get(f"roofline_step_fraction_{kind}_measured") is not None else ""
+        mbu, mfu = summary.get(f"mbu_{kind}{peak}"), summary.get(f"mfu_{kind}{peak}")
+        fraction = summary.get(f"roofline_step_fraction_{kind}{peak}")  # the sum of the steps' own bounds
+        if fraction is None and (mbu is not None or mfu is not None):
+            fraction = max(v for v in (mbu, mfu) if v is not None)  # a summary from before per-step bounds
         shares = ", ".join(f"{name} {v:.2f}" for name, v in (("MBU", mbu), ("MFU", mfu)) if v is not None)
-        bound = f"{max(v for v in (mbu, mfu) if v is not None):.2f} ({shares})" if shares else ""
+        bound = f"{fraction:.2f} ({shares})" if fraction is not None else ""
         rows.append(f"| {kind} | {len(mine)} | {statistics.mean(x['num_seqs'] for x in mine):.1f} | "
                     f"{seconds:.2f} | {seconds / window:.0%} | {bound} |")
     between = window - sum(x["duration_s"] for x in steps)
@@ -203,41 +219,55 @@ def main() -> int:
         if not args.render_only:
             # vLLM compiles its model on first use and caches it: a short run first, so the
             # measured ones do not count a cold compile (it took ~20 s of a 32 s run here).
-            warm = vllm_command(args, precision, work / f"vllm-{precision}-warmup.json")
-            warm[warm.index("--num-prompts") + 1] = "4"
+            warm = vllm_command(args, precision, 4, work / f"vllm-{precision}-warmup.json")
             run(warm, vllm_env, work / f"vllm-{precision}-warmup.log")
-        vllm_runs, ours = [], {variant: [] for variant in variants}
-        for r in range(args.repeats):  # vLLM, then each variant, then again: A B C A B C
-            result = work / f"vllm-{precision}-{r}.json"
-            if not args.render_only:
-                run(vllm_command(args, precision, result), vllm_env, work / f"vllm-{precision}-{r}.log")
-            if not result.is_file():
-                print(f"engine_vs_vllm: error: no {result} (--render-only reads an earlier run's)")
+        for requests in request_counts(args):
+            row = measure(args, precision, requests, variants, work, vllm_env, ours_env)
+            if row is None:
                 return 2
-            vllm_runs.append(json.loads(result.read_text())["requests_per_second"] * OUTPUT_TOKENS)
-            for variant in variants:
-                run_dir = work / f"reference-{precision}-{label(variant)}-{r}"
-                if not args.render_only:
-                    run(llmperf_command(args, precision, variant, run_dir), ours_env, run_dir.with_suffix(".log"))
-                if not (run_dir / "summary.json").is_file():
-                    print(f"engine_vs_vllm: error: no {run_dir}/summary.json (--render-only reads an earlier run's)")
-                    return 2
-                ours[variant].append(json.loads((run_dir / "summary.json").read_text())["output_throughput_tps"])
-            print(f"{precision} round {r + 1}: vLLM {vllm_runs[-1]:.1f} output tok/s, reference "
-                  + ", ".join(f"{variant} {ours[variant][-1]:.1f}" for variant in variants), flush=True)
-        last = args.repeats - 1
-        if not args.render_only:
-            for variant in variants:
-                run_dir = work / f"reference-{precision}-{label(variant)}-{last}"
-                for what, pcmd in profile_commands(args, precision, variant, run_dir).items():
-                    run(pcmd, ours_env, profile_file(work, what, precision, variant))
-        rows.append((precision, vllm_runs, vllm_command(args, precision, work / f"vllm-{precision}-{last}.json"),
-                     [(variant, ours[variant],
-                       llmperf_command(args, precision, variant, work / f"reference-{precision}-{label(variant)}-{last}"),
-                       work / f"reference-{precision}-{label(variant)}-{last}") for variant in variants]))
+            rows.append(row)
     Path(args.out).write_text(render(args, rows), encoding="utf-8")
     print(f"wrote {args.out}")
     return 0
+
+
+def request_counts(args) -> list[int]:
+    return [int(n) for n in str(args.requests).split(",")]
+
+
+def measure(args, precision: str, requests: int, variants: list[str], work: Path, vllm_env: dict, ours_env: dict):
+    """--repeats rounds of vLLM then each variant, at one precision and request count: a table
+    row per variant (None, after saying why, when --render-only finds no earlier result)."""
+    tag = f"{precision}-{requests}"
+    vllm_runs, ours = [], {variant: [] for variant in variants}
+    for r in range(args.repeats):  # vLLM, then each variant, then again: A B C A B C
+        result = work / f"vllm-{tag}-{r}.json"
+        if not args.render_only:
+            run(vllm_command(args, precision, requests, result), vllm_env, work / f"vllm-{tag}-{r}.log")
+        if not result.is_file():
+            print(f"engine_vs_vllm: error: no {result} (--render-only reads an earlier run's)")
+            return None
+        vllm_runs.append(json.loads(result.read_text())["requests_per_second"] * OUTPUT_TOKENS)
+        for variant in variants:
+            run_dir = work / f"reference-{tag}-{label(variant)}-{r}"
+            if not args.render_only:
+                run(llmperf_command(args, precision, requests, variant, run_dir), ours_env, run_dir.with_suffix(".log"))
+            if not (run_dir / "summary.json").is_file():
+                print(f"engine_vs_vllm: error: no {run_dir}/summary.json (--render-only reads an earlier run's)")
+                return None
+            ours[variant].append(json.loads((run_dir / "summary.json").read_text())["output_throughput_tps"])
+        print(f"{precision} {requests} requests, round {r + 1}: vLLM {vllm_runs[-1]:.1f} output tok/s, reference "
+              + ", ".join(f"{variant} {ours[variant][-1]:.1f}" for variant in variants), flush=True)
+    last = args.repeats - 1
+    if not args.render_only:
+        for variant in variants:
+            run_dir = work / f"reference-{tag}-{label(variant)}-{last}"
+            for what, pcmd in profile_commands(args, precision, variant, run_dir).items():
+                run(pcmd, ours_env, profile_file(work, what, tag, variant))
+    return (precision, requests, vllm_runs, vllm_command(args, precision, requests, work / f"vllm-{tag}-{last}.json"),
+            [(variant, ours[variant],
+              llmperf_command(args, precision, requests, variant, work / f"reference-{tag}-{label(variant)}-{last}"),
+              work / f"reference-{tag}-{label(variant)}-{last}") for variant in variants])
 
 
 def runs_text(values: list[float]) -> str:
@@ -269,12 +299,12 @@ def render(args, rows) -> str:
         "",
         "\n>\n".join(f"> {note}" for note in args.note),
         *([""] if args.note else []),
-        f"Offline: {args.requests} requests of {INPUT_TOKENS} tokens in and {OUTPUT_TOKENS} out, all queued "
+        f"Offline: {args.requests} requests (each count its own rounds) of {INPUT_TOKENS} tokens in and {OUTPUT_TOKENS} out, all queued "
         f"at once, greedy, ignore_eos. vLLM with `VLLM_CPU_OMP_THREADS_BIND={args.threads_bind}` (its best "
         f"setting here) and its default scheduler; the reference engine continuous, "
         f"max_num_seqs {args.max_num_seqs}, max_num_batched_tokens {args.max_num_batched_tokens}, once per "
-        f"variant (KV cache / attention backend, +fused for `engine.fused_ops`; sdpa where none is "
-        f"named). Both with a {args.kv_cache_gib:g} GiB KV cache (vLLM's `VLLM_CPU_KVCACHE_SPACE`, the "
+        f"variant (`defaults`: no engine option, `attention=auto fused_ops=auto`; else KV cache / attention"
+        f" backend, +fused for `engine.fused_ops=true`; sdpa and torch's ops where none is named). Both with a {args.kv_cache_gib:g} GiB KV cache (vLLM's `VLLM_CPU_KVCACHE_SPACE`, the "
         f"reference engine's `num_kv_blocks`) and a {MAX_MODEL_LEN}-token context; the reference engine's "
         f"contiguous cache, a slot of its context per sequence, with {CONTIGUOUS_MAX_MODEL_LEN} "
         f"(64 slots of {MAX_MODEL_LEN} would not fit).",
@@ -283,32 +313,32 @@ def render(args, rows) -> str:
         "one after another; the table gives each one's median output tokens/s over the rounds and, "
         "in brackets, every round's figure in order, and the ratio of medians.",
         "",
-        "| precision | vLLM output tok/s | reference variant | reference output tok/s | reference ÷ vLLM |",
-        "|---|---|---|---|---|",
+        "| precision | requests | vLLM output tok/s | reference variant | reference output tok/s | reference ÷ vLLM |",
+        "|---|---|---|---|---|---|",
     ]
-    for precision, vllm_runs, _, ours in rows:
+    for precision, requests, vllm_runs, _, ours in rows:
         vmed = statistics.median(vllm_runs)
         for variant, runs, *_ in ours:
             omed = statistics.median(runs)
-            lines.append(f"| {precision} | {vmed:.1f} ({runs_text(vllm_runs)}) | {variant} | {omed:.1f} "
+            lines.append(f"| {precision} | {requests} | {vmed:.1f} ({runs_text(vllm_runs)}) | {variant} | {omed:.1f} "
                          f"({runs_text(runs)}) | {omed / vmed:.2f} |")
     work = Path(args.work_dir)
-    for precision, *_, ours in rows:
+    for precision, requests, *_, ours in rows:
         for variant, *_, run_dir in ours:
-            lines += ["", f"## Where the reference engine's time went, {precision}, {variant}", "",
+            lines += ["", f"## Where the reference engine's time went, {precision}, {requests} requests, {variant}", "",
                       "Its last round's measured window, from its own steps.jsonl; the last column is llmperf's roofline "
                       "bound for those steps (the larger of MBU and MFU, against this machine's probed "
                       "ceilings for the dtype the Linears multiply in) ÷ their time: 1.0 would be at the limit.",
                       "", *time_split(run_dir)]
             for what, pcmd in profile_commands(args, precision, variant, run_dir).items():
-                profile = profile_file(work, what, precision, variant)
+                profile = profile_file(work, what, f"{precision}-{requests}", variant)
                 if profile.is_file():
                     table = [line for line in profile.read_text().strip().splitlines()
                              if not line.startswith(("USDT", "STAGE:"))]
                     lines += ["", f"One {what} step of the run's median size, op by op (`{cmdline(pcmd)}`):",
                               "", "```", *table, "```"]
     lines += ["", "## Command lines", "", "```"]
-    for _, _, vcmd, ours in rows:
+    for _, _, _, vcmd, ours in rows:
         lines += [cmdline(vcmd), *(cmdline(lcmd) for *_, lcmd, _ in ours)]
     lines += ["```", ""]
     return "\n".join(lines)

@@ -59,8 +59,9 @@ def test_a_head_dim_the_kernel_does_not_take_decodes_through_sdpa(cpu_backend):
 def test_engine_generates_sdpas_greedy_tokens_with_the_cpu_kernel(kv_cache):
     prompts = [[3 + (i * 7 + j) % 200 for j in range(5 + 23 * i)] for i in range(4)]
     kw = dict(model="tiny", precision="fp32", max_num_seqs=4, max_model_len=160, kv_cache=kv_cache)
-    want = [o.token_ids for o in ReferenceEngine(**kw).generate(prompts, max_tokens=24, ignore_eos=True)]
-    eng = ReferenceEngine(**kw, attention="cpu")
+    sdpa = ReferenceEngine(**kw, attention="sdpa", fused_ops=False)
+    want = [o.token_ids for o in sdpa.generate(prompts, max_tokens=24, ignore_eos=True)]
+    eng = ReferenceEngine(**kw, attention="cpu", fused_ops=False)
     got = [o.token_ids for o in eng.generate(prompts, max_tokens=24, ignore_eos=True)]
     assert got == want
     assert eng.backend.kernel_rows > 0

@@ -76,7 +76,8 @@ def test_rotary_matches_apply_rotary_on_the_qkv_split(ops, dtype, head_dim):
 def test_the_engine_swaps_in_the_ops_and_generates_the_same_greedy_tokens():
     prompts = [[3 + (i * 11 + j) % 300 for j in range(4 + 19 * i)] for i in range(4)]
     kw = dict(model="tiny", precision="fp32", max_num_seqs=4, max_model_len=160)
-    want = [o.token_ids for o in ReferenceEngine(**kw).generate(prompts, max_tokens=20, ignore_eos=True)]
+    unfused = ReferenceEngine(**kw, fused_ops=False, attention="cpu")
+    want = [o.token_ids for o in unfused.generate(prompts, max_tokens=20, ignore_eos=True)]
     eng = ReferenceEngine(**kw, fused_ops=True, attention="cpu")
     assert isinstance(eng.model.model.norm, CpuRMSNorm)
     assert not any(type(m) is RMSNorm for m in eng.model.modules())
@@ -117,7 +118,8 @@ def test_fused_ops_where_they_cannot_run_is_one_config_error(bad, problem):
 def test_tensor_parallel_ranks_run_the_ops_too():
     prompts = [[3 + (i * 7 + j) % 200 for j in range(5 + 9 * i)] for i in range(3)]
     kw = dict(model="tiny", max_num_seqs=4, max_model_len=128)
-    want = [o.token_ids for o in ReferenceEngine(**kw).generate(prompts, max_tokens=10, ignore_eos=True)]
+    want = [o.token_ids for o in ReferenceEngine(**kw, attention="sdpa", fused_ops=False).generate(
+        prompts, max_tokens=10, ignore_eos=True)]
     with ReferenceEngine(**kw, tp=2, fused_ops=True, attention="cpu") as eng:
         got = [o.token_ids for o in eng.generate(prompts, max_tokens=10, ignore_eos=True)]
     assert got == want

@@ -253,3 +253,22 @@ def test_llama_8b_bf16_decode_at_batch_1_on_h200_is_bound_near_299_tokens_per_s(
     assert b.bound == "memory"
     assert 1 / b.seconds == pytest.approx(4.8e12 / 16.06e9, rel=1e-3)
     assert math.isclose(1 / b.seconds, 299, rel_tol=0.01)
+
+
+def test_each_phase_gets_its_own_bound_against_its_own_time():
+    out = roofline.roofline_summary(
+        RUN_STEPS, TINY, WEIGHTS, 4, profile(measured=True), "fp32", output_tokens=9, duration_s=0.1
+    )
+    for phase in ("prefill", "decode", "mixed"):
+        mine = [s for s in RUN_STEPS if s.kind == phase]
+        seconds = sum(s.duration_s for s in mine)
+        bound_s = sum(max(b / 1e11, f / 1e12) for b, f in map(hand_work, mine))
+        measured_s = sum(max(b / 5e10, f / 4e11) for b, f in map(hand_work, mine))
+        assert out[f"step_count_{phase}"] == len(mine)
+        assert out[f"step_time_{phase}_s"] == pytest.approx(seconds)
+        assert out[f"roofline_bound_{phase}_s"] == pytest.approx(bound_s)
+        assert out[f"roofline_step_fraction_{phase}"] == pytest.approx(bound_s / seconds)
+        assert out[f"roofline_step_fraction_{phase}_measured"] == pytest.approx(measured_s / seconds)
+    # the phases' bounds add up to the whole run's
+    total = sum(out[f"roofline_bound_{p}_s"] for p in ("prefill", "decode", "mixed"))
+    assert out["roofline_step_fraction"] == pytest.approx(total / sum(s.duration_s for s in RUN_STEPS))

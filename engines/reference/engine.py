@@ -28,6 +28,7 @@ from engines.base import (
 from engines.reference.build import build_rank_model, default_num_kv_blocks
 from engines.reference.cpu_layout import WidenedLinear, resolve_bf16_matmul
 from engines.reference.cpu_malloc import apply_cpu_malloc
+from engines.reference.fast_path import resolve_fast_path
 from engines.reference.kernels.cpu_ops import build_seconds as cpu_ops_build_seconds
 from engines.reference.kv_cache import KV_CACHES, blocks_for
 from engines.reference.model_runner import ModelRunner
@@ -72,6 +73,9 @@ class ReferenceEngine(ThreadedEngine, OfflineAPI):
                         "cpu_bf16_matmul": resolve_bf16_matmul(opts.cpu_bf16_matmul),
                         "cpu_malloc": apply_cpu_malloc(opts.cpu_malloc) if self.device.type == "cpu" else "default"}
         del self.options["name"]
+        # attention=auto, fused_ops=auto: the path chosen for this device, reported by info().
+        self.options.update(resolve_fast_path(opts.attention, opts.fused_ops, self.device.type,
+                                              self.config.head_dim, opts.compile))
         if opts.tp > 1 and self.device.type == "cpu":
             torch.set_num_threads(threads_per_rank(opts.tp))
 
@@ -266,6 +270,7 @@ class ReferenceEngine(ThreadedEngine, OfflineAPI):
                 preemptions=len(out.preempted),
                 prefix_cache_hit_tokens=prefix_hits,  # this step's admissions (re-admissions count anew)
                 cpu_s=cpu_s,
+                request_ids=[s.seq.request_id for s in real],
             )
         )
 

@@ -3,9 +3,10 @@
 Written as torch ops, each RMSNorm is a dozen ops (widen to fp32, square, mean, rsqrt,
 scale, narrow back, weight), RoPE six per tensor, SwiGLU's middle three: about 45 small ops
 a layer whose per-call cost, not their bytes, is most of a small decode step outside the
-Linears. `kernels/cpu/ops.cpp` does each in one pass over its rows: `rms_norm`,
-`add_rms_norm` (the residual add before the post-attention norm, fused into it), `rotary`
-and `silu_mul`. Each rounds to the model's dtype where the torch code does, so bf16 outputs
+Linears. `kernels/cpu/ops.cpp` does each in one pass over its rows: `rms_norm` (the first
+layer's input norm), `add_rms_norm` (every other norm, with the residual add before it: the
+model carries the residual stream to the next norm, engines.reference.model.DecoderLayer),
+`rotary` (q and k in one call: adjacent heads of each qkv row) and `silu_mul`. Each rounds to the model's dtype where the torch code does, so bf16 outputs
 match it (up to the fp32 sum order of the norm).
 
 Installed after the weights are loaded, sharded and packed: the norms' modules are swapped
@@ -44,6 +45,11 @@ def install_fused_ops(model: nn.Module) -> None:
     rotary = ops.rotary
 
     def rotate(q, k, cos, sin):
+        # Attention.forward's q and k are adjacent head ranges of each qkv row: one call
+        # rotates both (the same cos and sin for every head of a token).
+        if _adjacent_heads(q, k):
+            both = rotary(q.as_strided((q.shape[0], q.shape[1] + k.shape[1], q.shape[2]), q.stride()), cos, sin)
+            return both[:, : q.shape[1]], both[:, q.shape[1] :]
         return rotary(q, cos, sin), rotary(k, cos, sin)
 
     for parent in list(model.modules()):
@@ -54,3 +60,15 @@ def install_fused_ops(model: nn.Module) -> None:
             parent.rotate = rotate
         elif isinstance(parent, MLP):
             parent.act_mul = ops.silu_mul
+
+
+def _adjacent_heads(q: torch.Tensor, k: torch.Tensor) -> bool:
+    """k's heads follow q's in memory with q's strides: [T, Hq + Hkv, D] is one strided view."""
+    return (
+        q.dim() == k.dim() == 3
+        and q.stride() == k.stride()
+        and q.shape[0] == k.shape[0]
+        and q.dtype == k.dtype
+        and q.shape[2] == k.shape[2]
+        and k.data_ptr() == q.data_ptr() + q.shape[1] * q.stride(1) * q.element_size()
+    )

@@ -108,10 +108,17 @@ class DecoderLayer(nn.Module):
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
 
-    def forward(self, x, rope, k_cache, v_cache, meta, backend):
-        h = self.self_attn(self.input_layernorm(x), rope, k_cache, v_cache, meta, backend)
-        normed, x = self.post_attention_layernorm.add_forward(h, x)
-        return x + self.mlp(normed)
+    def forward(self, x, residual, rope, k_cache, v_cache, meta, backend):
+        """(this layer's output before its residual add, the residual stream): the add is left
+        to the next norm, one fused op with it (`add_forward`), as the post-attention add is.
+        The first layer gets residual None: its input is the stream."""
+        if residual is None:
+            normed, residual = self.input_layernorm(x), x
+        else:
+            normed, residual = self.input_layernorm.add_forward(x, residual)
+        h = self.self_attn(normed, rope, k_cache, v_cache, meta, backend)
+        normed, residual = self.post_attention_layernorm.add_forward(h, residual)
+        return self.mlp(normed), residual
 
 
 class LlamaModel(nn.Module):
@@ -149,8 +156,11 @@ class LlamaForCausalLM(nn.Module):
     ) -> torch.Tensor:
         x = self.model.embed_tokens(input_ids)
         rope = self.rotary.tables(positions, x.dtype)
+        residual = None
         for layer, (k_cache, v_cache) in zip(self.model.layers, kv_caches, strict=True):
-            x = layer(x, rope, k_cache, v_cache, meta, backend)
-        if logits_indices is not None:
-            x = x[logits_indices]
-        return self.lm_head(self.model.norm(x)).float()
+            x, residual = layer(x, residual, rope, k_cache, v_cache, meta, backend)
+        if logits_indices is not None and logits_indices.numel() != x.shape[0]:
+            # The sampler's rows only (each sequence's last position): the final add, norm and LM head skip the rest.
+            x, residual = x[logits_indices], residual[logits_indices]
+        normed, _ = self.model.norm.add_forward(x, residual)
+        return self.lm_head(normed).float()

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from engines.options import EngineConfig
+from engines.reference.fast_path import FUSED_CHOICES, normalize_fused
 from llmperf.errors import ConfigError
 from llmperf.options import check_choice, check_positive, option
 
@@ -17,9 +18,11 @@ CPU_MALLOCS = ("tuned", "default")
 class ReferenceEngineConfig(EngineConfig):
     name: str = "reference"
     attention: str = option(
-        "sdpa",
-        "attention backend: eager, sdpa, triton or cpu (decode through a C++ kernel reading the paged"
-        " cache in place, built for this CPU on first use; prefill as sdpa)",
+        "auto",
+        "attention backend: auto (the fastest measured for the device: cpu on CPU where the kernel"
+        " builds and takes the head dim, else sdpa; info() reports the one chosen), eager, sdpa,"
+        " triton or cpu (decode through a C++ kernel reading the paged cache in place, built for"
+        " this CPU on first use; prefill as sdpa)",
     )
     precision: str = option("fp32", "fp32, bf16, fp16, int8 or fp8 (weight-only quantized)")
     device: str = option("cpu", "torch device; with tp > 1 on CUDA, rank r runs on cuda:r")
@@ -47,10 +50,12 @@ class ReferenceEngineConfig(EngineConfig):
         " temporaries reuse freed memory instead of page-faulting in fresh pages) or default;"
         " info() reports the one in effect",
     )
-    fused_ops: bool = option(
-        False,
-        "CPU: RMSNorm (with the residual add before it), RoPE and SiLU-and-mul as one C++ op each"
-        " (torch.ops.llmperf, built for this CPU on first use); not with compile",
+    fused_ops: str = option(
+        "auto",
+        "true: on CPU, RMSNorm (with the residual add before it), RoPE and SiLU-and-mul as one C++"
+        " op each (torch.ops.llmperf, built for this CPU on first use), not with compile; false:"
+        " torch's ops; auto: true on CPU where they build and compile is off, else false (info()"
+        " reports the one chosen)",
     )
     compile: bool = option(
         False, "torch.compile the model's forward (attention stays eager); compile time in info() as compile_s"
@@ -65,9 +70,11 @@ class ReferenceEngineConfig(EngineConfig):
         check_positive(self, "max_wait_ms", "inject_slowdown", allow_none=False, strict=False)
         check_choice("cpu_bf16_matmul", self.cpu_bf16_matmul, CPU_BF16_MATMULS, "CPU bf16 matmul")
         check_choice("cpu_malloc", self.cpu_malloc, CPU_MALLOCS, "CPU allocator setting")
-        if self.fused_ops and self.device != "cpu":
+        self.fused_ops = normalize_fused(self.fused_ops)
+        check_choice("fused_ops", self.fused_ops, FUSED_CHOICES, "fused_ops setting")
+        if self.fused_ops == "true" and self.device != "cpu":
             raise ConfigError("fused_ops", True, f"runs on CPU only, not device={self.device}")
-        if self.fused_ops and self.compile:
+        if self.fused_ops == "true" and self.compile:
             raise ConfigError("fused_ops", True, "does not combine with compile=true (inductor cannot trace the C++ ops)")
         if self.attention == "cpu" and self.device != "cpu":
             raise ConfigError("attention", "cpu", f"runs on CPU only, not device={self.device}; use sdpa or triton")

@@ -22,7 +22,9 @@ estimate (sequences assumed equal within the step) otherwise.
 A step's time lower bound is max(bytes / peak bandwidth, FLOPs / peak FLOP/s).
 Phases split steps by their tokens: decode (no prompt tokens), prefill (no
 decode tokens), mixed (both, chunked prefill). A phase's MBU is its steps'
-total bytes / their total time / peak bandwidth; MFU likewise with FLOPs.
+total bytes / their total time / peak bandwidth; MFU likewise with FLOPs; its
+`roofline_step_fraction_<phase>` is the sum of its steps' lower bounds / the sum
+of their times: how far that kind of step is from its own limit.
 """
 
 from __future__ import annotations
@@ -42,6 +44,8 @@ SUMMARY_KEYS = (
     "roofline_output_tps",
     "roofline_fraction",
     "roofline_step_fraction",
+    *(f"roofline_step_fraction_{p}" for p in PHASES),
+    *(f"roofline_bound_{p}_s" for p in PHASES),
 )
 
 
@@ -169,6 +173,8 @@ def roofline_summary(
         achieved[phase] = bytes_per_s, flops_per_s
         out[f"achieved_bw_{phase}_bytes_per_s"] = bytes_per_s
         out[f"achieved_flops_{phase}_per_s"] = flops_per_s
+        out[f"step_count_{phase}"] = len(mine)
+        out[f"step_time_{phase}_s"] = seconds
     busy_s = sum(s.duration_s for s in steps)
     peaks = [("best", "")] + ([("measured", "_measured")] if profile.has_measured() else [])
     for peak, suffix in peaks:
@@ -179,6 +185,11 @@ def roofline_summary(
             figures[f"mfu_{phase}"] = _ratio(achieved_flops, flops)
         bounds = [lower_bound(w, mem_bw, flops) for w in works]
         bound_s = sum(b.seconds for b in bounds) if works and None not in bounds else None
+        for phase in PHASES:
+            mine = [(s, b) for s, b in zip(steps, bounds, strict=True) if phase_of(s) == phase]
+            phase_bound_s = sum(b.seconds for _, b in mine) if mine and bound_s is not None else None
+            figures[f"roofline_bound_{phase}_s"] = phase_bound_s
+            figures[f"roofline_step_fraction_{phase}"] = _ratio(phase_bound_s, sum(s.duration_s for s, _ in mine))
         ceiling = _ratio(output_tokens, bound_s)
         figures["roofline_output_tps"] = ceiling
         figures["roofline_fraction"] = _ratio(_ratio(output_tokens, duration_s), ceiling)
@@ -230,6 +241,7 @@ def estimate_summary(
         out[f"roofline_output_tps{suffix}"] = ceiling
         out[f"roofline_fraction{suffix}"] = _ratio(output_tps, ceiling)
         out[f"roofline_step_fraction{suffix}"] = _ratio(b.seconds if b else None, tpot_s_mean)
+        out[f"roofline_step_fraction_decode{suffix}"] = out[f"roofline_step_fraction{suffix}"]
     return out
 
 

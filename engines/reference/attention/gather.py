@@ -14,6 +14,20 @@ def gather_context(cache: torch.Tensor, block_table: torch.Tensor, seq_len: int)
     return cache.index_select(0, block_table[:num_blocks]).flatten(0, 1)[:seq_len]
 
 
+def gather_rows(cache: torch.Tensor, meta, rows: list[int], seq_len: int) -> torch.Tensor:
+    """The first seq_len cached positions of each of `rows` (sequences of one length), in one
+    index_select over their block tables: [len(rows), seq_len, H, D]."""
+    block_size = cache.shape[1]
+    num_blocks = -(-seq_len // block_size)
+    tables = meta.block_tables
+    if rows != list(range(rows[0], rows[0] + len(rows))):
+        tables = tables.index_select(0, torch.tensor(rows, device=tables.device))
+    else:
+        tables = tables[rows[0] : rows[0] + len(rows)]
+    blocks = cache.index_select(0, tables[:, :num_blocks].reshape(-1))
+    return blocks.view(len(rows), num_blocks * block_size, *cache.shape[2:])[:, :seq_len]
+
+
 def gather_padded(cache: torch.Tensor, batch: DecodeBatch) -> torch.Tensor:
     """The batch's contexts padded to the longest: [B, max_len, H, D] (batch.key_mask marks the real keys).
 

@@ -1,4 +1,4 @@
-"""torch's scaled_dot_product_attention: one batched call for decode, one call per prefill."""
+"""torch's scaled_dot_product_attention: one batched call for decode, one call per group of equal-length prefill rows."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 
 from engines.reference.attention.base import AttentionMetadata
-from engines.reference.attention.gather import causal_mask, gather_context, gather_padded, slot_view
+from engines.reference.attention.gather import causal_mask, gather_padded, gather_rows, slot_view
 
 
 class SdpaAttention:
@@ -22,23 +22,30 @@ class SdpaAttention:
             token_index = meta.decode_batch.token_index
             out[token_index] = self._decode(q[token_index], k_cache, v_cache, meta, scale)
             decode_rows = set(meta.decode_rows)
-        for i, (q_len, seq_len) in enumerate(zip(meta.query_lens, meta.seq_lens, strict=True)):
-            if i in decode_rows:
-                continue
-            k = gather_context(k_cache, meta.block_tables[i], seq_len)
-            v = gather_context(v_cache, meta.block_tables[i], seq_len)
-            qi = q[starts[i] : starts[i] + q_len]
+        # Prefill rows (whole prompts or chunks) in groups of equal (query, context) lengths:
+        # one SDPA call a group, not one a sequence. Each call's fixed cost (its threads'
+        # fork and join) is most of a short prompt's attention: 16 prompts of 128 tokens of
+        # llama-107m (bf16, 2 cores) took 40 ms a layer batched against 430 ms one by one,
+        # with the same bits out.
+        groups: dict[tuple[int, int], list[int]] = {}
+        for i, lens in enumerate(zip(meta.query_lens, meta.seq_lens, strict=True)):
+            if i not in decode_rows:
+                groups.setdefault(lens, []).append(i)
+        for (q_len, seq_len), rows in groups.items():
+            tokens = _token_index(rows, starts, q_len, q.device)
+            k, v = gather_rows(k_cache, meta, rows, seq_len), gather_rows(v_cache, meta, rows, seq_len)
+            qi = q[tokens].view(len(rows), q_len, *q.shape[1:])
             mask = None if q_len == seq_len else causal_mask(q_len, seq_len, q.device)
             o = F.scaled_dot_product_attention(
-                qi.transpose(0, 1).unsqueeze(0),
-                k.to(q.dtype).transpose(0, 1).unsqueeze(0),
-                v.to(q.dtype).transpose(0, 1).unsqueeze(0),
+                qi.transpose(1, 2),
+                k.to(q.dtype).transpose(1, 2),
+                v.to(q.dtype).transpose(1, 2),
                 attn_mask=mask,
                 is_causal=mask is None,
                 scale=scale,
                 enable_gqa=True,
             )
-            out[starts[i] : starts[i] + q_len] = o[0].transpose(0, 1)
+            out[tokens] = o.transpose(1, 2).reshape(len(rows) * q_len, *q.shape[1:])
         return out
 
     @staticmethod
@@ -77,3 +84,11 @@ class SdpaAttention:
         if rows is not None and rows.index is not None:
             o = o.index_select(0, rows.index)
         return o.reshape(num_rows, num_heads, head_dim)
+
+
+def _token_index(rows: list[int], starts: list[int], q_len: int, device) -> slice | torch.Tensor:
+    """The packed queries of `rows` (each q_len long), in order: a slice when they are adjacent."""
+    first = starts[rows[0]]
+    if all(starts[r] == first + j * q_len for j, r in enumerate(rows)):
+        return slice(first, first + len(rows) * q_len)
+    return torch.cat([torch.arange(starts[r], starts[r] + q_len, device=device) for r in rows])
