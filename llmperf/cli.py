@@ -78,12 +78,12 @@ _RAY = (("hydra_plugins.hydra_ray_launcher", "hydra-ray-launcher"), ("ray", "ray
 LAUNCHER_NEEDS: dict[str, tuple[tuple[tuple[str, str], ...], str | None]] = {
     "submitit_local": (_SUBMITIT, "cluster"),
     "submitit_slurm": (_SUBMITIT, "cluster"),
-    "ray": (_RAY, None),
-    "ray_aws": (_RAY, None),
+    "ray": (_RAY, "ray"),
+    "ray_aws": (_RAY, "ray"),
 }
 
 # Open maps inside the schema: their keys are the user's (a server's options, its environment).
-OPEN_MAPS = ("engine.launch.args.", "engine.launch.env.")
+OPEN_MAPS = ("engine.launch.args.", "engine.launch.env.", "engine.headers.", "engine.extra_body.")
 
 
 def expand_shorthands(argv: list[str]) -> list[str]:

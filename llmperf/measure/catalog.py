@@ -38,8 +38,38 @@ UNITS = ("s", "tok/s", "req/s", "fraction", "%", "USD", "USD/1M tok", "J", "B/s"
 COUNT_UNITS = ("requests", "tokens", "sequences", "steps", "preemptions", "samples",
                "sessions", "blocks")
 
-STAT_KEYS = ("mean", "median", "p90", "p95", "p99", "std", "min", "max")
+# A distribution's statistics: the mean, the percentiles of `report.percentiles` (50 is
+# named "median"; any other q is "p" + q as written, so 99.9 is `p99.9`), std, min and max.
+DEFAULT_PERCENTILES = (50.0, 90.0, 95.0, 99.0)
+MOMENTS_BEFORE, MOMENTS_AFTER = ("mean",), ("std", "min", "max")
 STAT_LABELS = {"median": "p50"}  # how a statistic reads after a figure's label
+
+
+def percentile_key(q: float) -> str:
+    """A percentile's statistic name: 50 -> 'median', 99 -> 'p99', 99.9 -> 'p99.9'."""
+    return "median" if q == 50 else f"p{q:g}"
+
+
+def stat_keys(percentiles: tuple[float, ...] | list[float] = DEFAULT_PERCENTILES) -> tuple[str, ...]:
+    """The statistics a distribution holds with these percentiles, in the order shown."""
+    ordered = sorted(set(float(q) for q in percentiles))
+    return (*MOMENTS_BEFORE, *(percentile_key(q) for q in ordered), *MOMENTS_AFTER)
+
+
+STAT_KEYS = stat_keys()
+
+
+def is_stat_key(stat: str) -> bool:
+    """A statistic's name a distribution can hold: a moment, 'median' or 'p' + a q in (0, 100)."""
+    if stat in (*MOMENTS_BEFORE, *MOMENTS_AFTER, "median"):
+        return True
+    if not stat.startswith("p"):
+        return False
+    try:
+        q = float(stat[1:])
+    except ValueError:
+        return False
+    return 0 < q < 100 and percentile_key(q) == stat and q != 50
 PHASES = ("prefill", "decode", "mixed")  # the roofline's step phases (llmperf/perf/roofline.py)
 MEASURED_SUFFIX = "_measured"  # the same figure against the probe's measured peak
 
@@ -221,9 +251,14 @@ def _declare() -> list[Metric]:
            " for engines that put `scheduled_s` on a request's first event (the reference and"
            " synthetic engines); null otherwise", REQUEST_FIGURES, lat, distribution=True),
         _m("dispatch_lag_s", "dispatch lag", "s", LOWER, "handed to the engine − intended"
-           " arrival: the load generator's own delay. Near 0 in a healthy run (under 2 ms at"
-           " 200 req/s); a large value means the client, not the engine, was the bottleneck",
-           REQUEST_FIGURES, lat, distribution=True),
+           " arrival, less its client queue time: the load generator's own delay. Near 0 in a"
+           " healthy run (under 2 ms at 200 req/s); a large value means the client, not the"
+           " engine, was the bottleneck", REQUEST_FIGURES, lat, distribution=True),
+        _m("client_queue_s", "client queue", "s", LOWER, "how long a measured request waited"
+           " for a slot under `scenario.arrival.max_concurrency`: from its intended arrival to"
+           " the end of the request in flight that freed one (0 when a slot was free); part of"
+           " its TTFT and E2E, which count from the intended arrival. Null without a cap",
+           REQUEST_FIGURES, "latency_detail", distribution=True),
         _m("itl_per_token_s", "ITL per token", "s", LOWER, "each ITL gap divided by the"
            " number of tokens in the chunk it ends, counted once per token: a chunk of n tokens"
            " (speculative decoding, a server's stream interval) reads as n tokens, not one slow"
@@ -347,6 +382,22 @@ def _declare() -> list[Metric]:
         _m("server_prefix_cache_hit_rate", "server prefix-cache hit rate", "fraction", HIGHER,
            "prompt tokens the server found in its prefix cache ÷ those it looked up, over the"
            " measured window", window, srv),
+        _m("server_spec_decode_acceptance_rate", "speculative acceptance rate", "fraction", HIGHER,
+           "draft tokens the server accepted ÷ draft tokens proposed over the measured window"
+           " (vLLM's `vllm:spec_decode_num_accepted_tokens` ÷ `..._num_draft_tokens`)",
+           "llmperf/serverside/spec_decode.py:spec_decode_figures", srv),
+        _m("server_spec_decode_mean_accepted_length", "speculative mean accepted length", "tokens",
+           HIGHER, "tokens each speculative step yields: 1 + accepted draft tokens ÷ drafts over"
+           " the measured window, as vLLM's own log computes it",
+           "llmperf/serverside/spec_decode.py:spec_decode_figures", srv),
+        _m("server_spec_decode_drafts", "speculative drafts", "steps", NEITHER, "the server's"
+           " drafts-proposed counter, its difference over the measured window", window, srv),
+        _m("server_spec_decode_draft_tokens", "speculative draft tokens", "tokens", NEITHER,
+           "the server's draft-tokens-proposed counter, its difference over the measured window",
+           window, srv),
+        _m("server_spec_decode_accepted_tokens", "speculative accepted tokens", "tokens", NEITHER,
+           "the server's accepted-draft-tokens counter, its difference over the measured window",
+           window, srv),
         _m("server_kv_cache_usage_max", "server KV-cache usage, peak", "fraction", NEITHER,
            "the highest share of the server's KV cache in use at a scrape inside the window",
            window, srv),
@@ -416,10 +467,23 @@ def _declare() -> list[Metric]:
            "the sum of the steps' lower bounds ÷ the sum of their times (idle time between"
            " steps left out)", ROOFLINE, "roofline"),
     ]
+    metrics += _phases("roofline_step_fraction_", "share of roofline, steps", "fraction", HIGHER,
+                       "the sum of the phase's steps' lower bounds, max(bytes ÷ bandwidth, FLOPs"
+                       " ÷ FLOP/s), ÷ the sum of their times: how near that kind of step came to"
+                       " its own limit")
+    metrics += _phases("roofline_bound_", "roofline bound", "s", NEITHER, "the sum of the"
+                       " phase's steps' lower bounds: the least time the hardware allows them",
+                       suffix="_s")
     measured = [replace(m, name=m.name + MEASURED_SUFFIX, label=m.label + " (measured peak)",
                         family=(m.family or m.name) + MEASURED_SUFFIX)
                 for m in metrics if m.group == "roofline"]
     metrics += measured
+    metrics += [_m(f"step_count_{phase}", f"steps {phase}", "steps", NEITHER, "measured steps"
+                   " of the phase (decode: no prompt tokens; prefill: no decode tokens; mixed:"
+                   " both)", ROOFLINE, "roofline", family="step_count_{phase}") for phase in PHASES]
+    metrics += [_m(f"step_time_{phase}_s", f"step time {phase}", "s", NEITHER, "the summed"
+                   " times of the phase's measured steps", ROOFLINE, "roofline",
+                   family="step_time_{phase}_s") for phase in PHASES]
     metrics += [_m(f"achieved_bw_{phase}_bytes_per_s", f"achieved bandwidth {phase}", "B/s",
                    HIGHER, "bytes the phase's steps had to read and write ÷ their total time",
                    ROOFLINE, "roofline", family="achieved_bw_{phase}_bytes_per_s")
@@ -530,11 +594,21 @@ def find(name: str) -> Metric | None:
     """The metric of a name (`output_throughput_tps`, `ttft_s.p99`, `steps.count`), or None."""
     if name in METRICS:
         return METRICS[name]
-    key, _, stat = name.rpartition(".")
+    key, stat = split_statistic(name)
     parent = METRICS.get(key)
-    if parent is not None and parent.distribution and stat in STAT_KEYS:
+    if parent is not None and parent.distribution and stat is not None and is_stat_key(stat):
         return parent.statistic(stat)
     return None
+
+
+def split_statistic(name: str) -> tuple[str, str | None]:
+    """(distribution, statistic) of a name: `ttft_s.p99.9` -> ('ttft_s', 'p99.9'); a name
+    that is no distribution's statistic -> (name, None). A statistic may hold a dot, so the
+    distribution is the catalog name the name starts with."""
+    for key in DISTRIBUTIONS:
+        if name.startswith(key + "."):
+            return key, name[len(key) + 1:]
+    return name, None
 
 
 class UnknownMetric(ValueError):

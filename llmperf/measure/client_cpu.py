@@ -87,10 +87,12 @@ class CpuMeter:
 def client_delay_s(record: RequestRecord) -> float:
     """Intended arrival to the last byte written (HTTP), else to the hand-off to the engine;
     less the time a new connection took to open (the network's and the server's, not the
-    client's)."""
+    client's), and less the wait for a slot under arrival.max_concurrency (the cap's, on
+    purpose): the delay counts from the later of the intended arrival and the slot's release."""
+    ready_s = record.arrival_s + record.client_queue_s
     if record.written_s is None:
-        return max(record.dispatch_s - record.arrival_s, 0.0)
-    return max(record.written_s - record.arrival_s - (record.connect_s or 0.0), 0.0)
+        return max(record.dispatch_s - ready_s, 0.0)
+    return max(record.written_s - ready_s - (record.connect_s or 0.0), 0.0)
 
 
 def max_in_flight(records: list[RequestRecord]) -> int:

@@ -48,6 +48,13 @@ class RequestRecord:
     written_s: float | None = None  # HTTP: the request's last byte written (the records' clock)
     headers_s: float | None = None  # HTTP: the response's headers received
     worker: int = 0  # the load-generator process that sent it (scenario.client.workers)
+    node: str | None = None  # scenario.client.backend=ray: the cluster node of that worker
+    # Waiting for a slot under scenario.arrival.max_concurrency: from arrival_s to when a
+    # request in flight ended and freed one (0.0: no cap, or a slot was free)
+    client_queue_s: float = 0.0
+    stage: int = 0  # the scenario.stages entry it belongs to (0 without stages)
+    image_bytes: int = 0  # encoded image files sent with the prompt (scenario.images)
+    image_tokens: int | None = None  # of input_tokens, the images' (the server's usage); null: not reported
 
     @property
     def ok(self) -> bool:

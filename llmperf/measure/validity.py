@@ -294,6 +294,55 @@ def offered_rate_held(summary: dict[str, Any], criteria: ValidityConfig) -> Chec
                  detail + f"; expected within ±{MAX_OFFERED_RATE_ERROR_PCT:g}%", blocking=False)
 
 
+def stage_rates_held(summary: dict[str, Any], criteria: ValidityConfig) -> Check:
+    """`offered_rate_held` for each stage of scenario.stages that asked a rate (a warning)."""
+    judged = [(s["stage"], offered_rate_held(s, criteria)) for s in summary.get("stages") or []
+              if s.get("ran") and s.get("asked_rate_rps") is not None]
+    if not judged:
+        return Check("stage_rates_held", True, "not measured (no stage asked a rate)",
+                     blocking=False)
+    missed = [f"stage {i}: {c.detail}" for i, c in judged if not c.ok]
+    if missed:
+        return Check("stage_rates_held", False, "; ".join(missed), blocking=False)
+    return Check("stage_rates_held", True, f"each of {len(judged)} stages offered its rate within"
+                 f" ±{MAX_OFFERED_RATE_ERROR_PCT:g}%", blocking=False)
+
+
+
+def clocks_agree(summary: dict[str, Any], criteria: ValidityConfig) -> Check:
+    """Workers on other hosts (backend=ray) sent on the coordinator's timeline: each one's
+    clock offset was measured (and applied) to within max_clock_uncertainty_s, drift included
+    (llmperf/measure/clock.py)."""
+    clocks = summary.get("clocks") or []
+    if not clocks:
+        return Check("clocks_agree", True, "one clock (no workers on clocks of their own)")
+    limit = criteria.max_clock_uncertainty_s
+    worst = max(clocks, key=lambda c: c["error_s"])
+    figures = (f"worst worker {worst['worker']}: offset {_ms(worst['offset_s'])}, applied"
+               f" {_ms(worst['applied_offset_s'])}, uncertainty ±{_ms(worst['uncertainty_s'])},"
+               f" drift {_ms(worst['drift_s'])}")
+    if worst["error_s"] <= limit:
+        return Check("clocks_agree", True, f"{len(clocks)} workers within {_ms(limit)}: {figures}")
+    unapplied = abs(worst["offset_s"] - worst["applied_offset_s"])
+    cause = ("its offset was not applied (scenario.client.clock_correction=false)"
+             if unapplied > worst["uncertainty_s"] else
+             "the probes' round trips were too slow to bound it (a busy coordinator or network)")
+    return Check("clocks_agree", False, f"worker {worst['worker']}'s schedule may be"
+                 f" {_ms(worst['error_s'])} off the coordinator's timeline, past"
+                 f" {_ms(limit)}: {cause}; {figures}")
+
+
+def no_worker_lost(summary: dict[str, Any], criteria: ValidityConfig) -> Check:
+    """Every load worker ran to its end (backend=ray: a worker's actor or node may die)."""
+    lost = summary.get("workers_lost") or []
+    if not lost:
+        return Check("no_worker_lost", True, "every worker ran to its end")
+    return Check("no_worker_lost", False, "; ".join(
+        f"worker {w['worker']}{' on node ' + str(w['node'])[:12] if w.get('node') else ''} lost"
+        f" at {w['at_s']:.2f} s ({w['reason']}): its {w['in_flight']} requests in flight recorded"
+        " as 'worker lost'" for w in lost))
+
+
 CHECKS: list[Callable[[dict[str, Any], ValidityConfig], Check]] = [
     warmup_done,
     min_duration,
@@ -309,6 +358,9 @@ CHECKS: list[Callable[[dict[str, Any], ValidityConfig], Check]] = [
     prefix_cache_unexpected,
     server_alive,
     offered_rate_held,
+    stage_rates_held,
+    clocks_agree,
+    no_worker_lost,
 ]
 
 

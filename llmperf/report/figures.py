@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from llmperf.measure.catalog import STAT_KEYS, in_group
+from llmperf.measure.catalog import STAT_KEYS, in_group, is_stat_key
 from llmperf.measure.run_files import lookup, number
 from llmperf.report.units import MISSING, duration, format_value, milliseconds
 
@@ -79,15 +79,47 @@ def slo_text(summary: dict[str, Any]) -> str:
     return ", ".join(parts) or "no SLO set"
 
 
+def summary_stats(summary: dict[str, Any]) -> tuple[str, ...]:
+    """The statistics the run's distributions hold (its report.percentiles), in order."""
+    held = summary.get("ttft_s")
+    if not isinstance(held, dict) or not held:
+        return STAT_KEYS
+    return tuple(k for k in held if is_stat_key(k))
+
+
 def latency_rows(summary: dict[str, Any]) -> list[dict[str, Any]]:
     """One row per latency: its name, meaning and each statistic in ms."""
-    rows = []
+    rows, keys = [], summary_stats(summary)
     for m in in_group("latency"):
         stats = summary.get(m.name)
-        if not isinstance(stats, dict) or all(stats.get(s) is None for s in STAT_KEYS):
+        if not isinstance(stats, dict) or all(stats.get(s) is None for s in keys):
             continue
         rows.append({"name": m.label, "meaning": m.definition.replace("**", ""),
-                     "values": [milliseconds(stats.get(s)) for s in STAT_KEYS]})
+                     "values": [milliseconds(stats.get(s)) for s in keys]})
+    return rows
+
+
+def stage_rows(summary: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per stage of scenario.stages: its load, the rate offered, its key figures."""
+    rows = []
+    for st in summary.get("stages") or []:
+        if not isinstance(st, dict):
+            continue
+        ttft, tpot = st.get("ttft_s") or {}, st.get("tpot_s") or {}
+        offered, error = st.get("offered_rate_rps"), st.get("offered_rate_error_pct")
+        rows.append({
+            "stage": st.get("stage"), "load": st.get("load", ""),
+            "offered": "-" if offered is None else f"{offered:.2f}" + (
+                f" ({error:+.1f}%)" if error is not None else ""),
+            "completed": f"{st.get('num_completed', 0)}/{st.get('num_requests', 0)}",
+            "ttft_p50": milliseconds(ttft.get("median")), "ttft_p99": milliseconds(ttft.get("p99")),
+            "tpot_p50": milliseconds(tpot.get("median")),
+            "output_tps": "-" if st.get("output_throughput_tps") is None
+            else f"{st['output_throughput_tps']:.1f}",
+            "client_queue": milliseconds((st.get("client_queue_s") or {}).get("mean")),
+            "note": "saturated: the run stopped here" if st.get("saturated")
+            else ("" if st.get("ran") else "not run"),
+        })
     return rows
 
 

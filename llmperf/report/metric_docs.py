@@ -73,7 +73,9 @@ def gate_table() -> str:
     stats = f"{{{','.join(STAT_KEYS)}}}"
     others = [d for d in DISTRIBUTIONS if d not in LATENCIES]
     lines.append(f"| `{{{','.join(LATENCIES)}}}.{stats}` | lower | s | summary.json"
-                 " (`ttft_s.p99` is `summary[\"ttft_s\"][\"p99\"]`) |")
+                 " (`ttft_s.p99` is `summary[\"ttft_s\"][\"p99\"]`; a percentile q of"
+                 " `report.percentiles` is `pq`: `ttft_s.p99.9`; `@stage=N` reads"
+                 " stage N of `scenario.stages`) |")
     lines.append(f"| `{{{','.join(others)}}}.{stats}` | lower | s | summary.json |")
     gateable = [m for m in METRICS.values() if m.direction != NEITHER and not m.distribution]
     for family in _rows_by_family(gateable):

@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from llmperf.measure.catalog import STAT_KEYS
 from llmperf.measure.metrics import token_count_warning
 from llmperf.report import figures
 from llmperf.report.client_server import client_server_plots, split_rows
@@ -15,6 +14,7 @@ from llmperf.report.render import write_page
 from llmperf.report.run_plots import RUN_PLOTS
 from llmperf.report.session_plots import SESSION_PLOTS, has_sessions
 from llmperf.report.steady import rate_line, steady_note, steady_rows
+from llmperf.report.step_roofline import step_roofline
 
 REPORT_FILE = "report.html"
 
@@ -86,12 +86,14 @@ def build_run_report(run_dir: Path) -> Path:
         overrides=run.overrides,
         banners=banners(run),
         headline=figures.headline(run.summary),
-        stats=STAT_KEYS,
+        stats=figures.summary_stats(run.summary),
         latency_rows=figures.latency_rows(run.summary),
+        stage_rows=figures.stage_rows(run.summary),
         from_records=run.summary_from_records,
         steady_rows=steady_rows(run.summary),
         steady_note=steady_note(run.summary),
         rate_line=rate_line(run.summary),
+        step_roofline=step_roofline(run.summary),
         sections=figures.sections(run.summary),
         plots=run_plots(run, run_dir),
         server_family=run.summary.get("server_family"),

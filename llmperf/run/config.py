@@ -12,7 +12,7 @@ check raises `ConfigError` naming the field, the value and the valid choices.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, is_dataclass
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
@@ -21,6 +21,7 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 from engines.options import EngineConfig
 from engines.registry import ENGINE_CONFIGS, ENGINES
 from llmperf.errors import ConfigError
+from llmperf.measure.catalog import DEFAULT_PERCENTILES
 from llmperf.measure.saturation import SaturationConfig
 from llmperf.options import option
 from llmperf.telemetry.options import TelemetryConfig
@@ -66,6 +67,14 @@ class ModelSelection:
 @dataclass
 class ReportConfig:
     enabled: bool = option(True, "write report.html and its plots after the run")
+    percentiles: list[float] = option(help="the percentiles every distribution carries (summary, console, report, gate names): 50 is `median`, q is `pq` (99.9 is `p99.9`)", factory=lambda: list(DEFAULT_PERCENTILES))
+
+    def __post_init__(self) -> None:
+        for q in self.percentiles:
+            if not 0 < q < 100:
+                raise ConfigError("percentiles", list(self.percentiles), f"{q:g} is not in (0, 100)")
+        if not self.percentiles:
+            raise ConfigError("percentiles", [], "name at least one percentile")
 
 
 @dataclass
@@ -82,6 +91,10 @@ class Config:
             name = self.engine.get("name")
             ENGINE_CONFIGS.check("engine.name", name)
             self.engine = ENGINE_CONFIGS.get(name)(**self.engine)
+        images = self.scenario.images.count
+        if images and getattr(self.engine, "endpoint", None) not in ("chat", "responses", "messages"):
+            raise ConfigError("scenario.images.count", images, "images travel as content parts:"
+                              " engine=openai with engine.endpoint chat, responses or messages")
         workers = self.scenario.client.workers
         if workers > 1 and not (ENGINES.get(self.engine.name).capabilities.multiprocess
                                 or self.engine.copies_serve_alike()):
@@ -117,7 +130,7 @@ def _validate_leaves_first(node: DictConfig, path: str) -> None:
         if isinstance(child, DictConfig) and not child._is_missing() and not child._is_none():
             _validate_leaves_first(child, f"{path}{key}.")
     schema = OmegaConf.get_type(node)
-    if schema in (dict, None):
+    if schema is None or not is_dataclass(schema):  # a plain dict (engine.headers): any keys
         return
     names = [f.name for f in fields(schema)]
     for key in node:  # `+key=value` adds keys even to a schema'd node

@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from llmperf.measure.catalog import LATENCIES
+from llmperf.measure.catalog import LATENCIES, MOMENTS_AFTER, MOMENTS_BEFORE, STAT_LABELS
 from llmperf.measure.metrics import token_count_warning
 from llmperf.measure.records import RequestRecord
 
@@ -100,6 +100,44 @@ def steady_lines(summary: dict[str, Any]) -> list[str]:
     return lines
 
 
+def shown_stats(summary: dict[str, Any]) -> list[str]:
+    """The columns of the latency table: the mean, the run's percentiles (report.percentiles,
+    as its TTFT holds them) and the maximum."""
+    held = [k for k in summary.get("ttft_s") or {} if k not in (*MOMENTS_BEFORE, *MOMENTS_AFTER)]
+    return ["mean", *held, "max"]
+
+
+def client_queue_line(summary: dict[str, Any]) -> str | None:
+    """Under arrival.max_concurrency: the wait for a slot, apart from the engine's latency."""
+    queue = summary.get("client_queue_s") or {}
+    if queue.get("mean") is None:
+        return None
+    cap = (summary.get("scenario") or {}).get("arrival", {}).get("max_concurrency")
+    return (f"client queue  at most {cap} in flight: waited mean {_ms(queue, 'mean')} ms, p50 "
+            f"{_ms(queue, 'median')} ms, max {_ms(queue, 'max')} ms (inside TTFT and E2E)")
+
+
+def stage_table(summary: dict[str, Any]) -> Table | None:
+    """One row per stage of scenario.stages: its load, its rate offered, its key figures."""
+    stages = summary.get("stages")
+    if not stages:
+        return None
+    table = Table(title="stages", title_justify="left", show_edge=False)
+    for column in ("stage", "load", "offered req/s", "completed", "TTFT p50 ms", "TTFT p99 ms",
+                   "TPOT p50 ms", "output tok/s", ""):
+        table.add_column(column, justify="left" if column in ("load", "") else "right")
+    for st in stages:
+        ttft, tpot = st.get("ttft_s") or {}, st.get("tpot_s") or {}
+        note = "saturated: the run stopped" if st["saturated"] else ("" if st["ran"] else "not run")
+        error = st.get("offered_rate_error_pct")
+        offered = _num(st.get("offered_rate_rps")) + (f" ({error:+.1f}%)" if error is not None else "")
+        table.add_row(str(st["stage"]), st["load"], offered,
+                      f"{st.get('num_completed', 0)}/{st.get('num_requests', 0)}",
+                      _ms(ttft, "median"), _ms(ttft, "p99"), _ms(tpot, "median"),
+                      _num(st.get("output_throughput_tps"), ".1f"), note)
+    return table
+
+
 def print_summary(summary: dict[str, Any], run_dir: Path, console: Console) -> None:
     heading = (
         f"{summary['scenario']['name']} on {summary['engine']['name']} / {summary['model'].get('label') or summary['model']['name']}: "
@@ -107,14 +145,15 @@ def print_summary(summary: dict[str, Any], run_dir: Path, console: Console) -> N
     )
     figures = Table(title=heading, title_justify="left", show_edge=False)
     figures.add_column("latency (ms)")
-    for key in ("mean", "median", "p90", "p99", "max"):
-        figures.add_column(key, justify="right")
+    stats = shown_stats(summary)
+    for key in stats:
+        figures.add_column(STAT_LABELS.get(key, key), justify="right")
     for name in LATENCIES:
-        figures.add_row(
-            name.removesuffix("_s"),
-            *(_ms(summary[name], k) for k in ("mean", "median", "p90", "p99", "max")),
-        )
+        figures.add_row(name.removesuffix("_s"), *(_ms(summary[name], k) for k in stats))
     console.print(figures)
+    stages = stage_table(summary)
+    if stages is not None:
+        console.print(stages)
     console.print(
         f"throughput  {_num(summary['request_throughput_rps'])} req/s   "
         f"{_num(summary['output_throughput_tps'], '.1f')} output tok/s   "
@@ -124,9 +163,9 @@ def print_summary(summary: dict[str, Any], run_dir: Path, console: Console) -> N
     )
     for line in steady_lines(summary):
         console.print(line, markup=False, highlight=False)
-    client = client_line(summary)
-    if client:
-        console.print(client, markup=False, highlight=False)
+    for line in (client_queue_line(summary), client_line(summary)):
+        if line:
+            console.print(line, markup=False, highlight=False)
     warning = token_count_warning(summary.get("token_count_source"),
                                   summary.get("token_count_sources") or {})
     if warning:

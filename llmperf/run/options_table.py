@@ -26,8 +26,10 @@ from llmperf.options import HELP
 from llmperf.run.config import ModelSelection, ReportConfig
 from llmperf.telemetry.options import TelemetryConfig
 from llmperf.workload.arrivals import ArrivalConfig
+from llmperf.workload.datasets import DatasetColumns
+from llmperf.workload.images import ImageConfig
 from llmperf.workload.lengths import LengthConfig
-from llmperf.workload.scenario import ScenarioConfig, SloConfig, ValidityConfig
+from llmperf.workload.scenario import ScenarioConfig, SloConfig, StageConfig, ValidityConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 BLOCK = re.compile(r"(<!-- options: (?P<key>[\w.]+) -->\n)(?P<body>.*?)(<!-- /options -->)", re.DOTALL)
@@ -38,10 +40,13 @@ def schemas() -> dict[str, type]:
     tables: dict[str, type] = {
         "scenario": ScenarioConfig,
         "scenario.arrival": ArrivalConfig,
+        "scenario.stages": StageConfig,
         "scenario.prompt_tokens": LengthConfig,
         "scenario.slo": SloConfig,
+        "scenario.dataset_columns": DatasetColumns,
         "scenario.validity": ValidityConfig,
         "scenario.client": ClientConfig,
+        "scenario.images": ImageConfig,
         "model": ModelSelection,
         "telemetry": TelemetryConfig,
         "report": ReportConfig,

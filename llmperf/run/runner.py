@@ -48,28 +48,32 @@ from engines.registry import build_engine
 from engines.synthetic import ByteTokenizer
 from llmperf.errors import UsageError
 from llmperf.hardware.registry import resolve_profile
-from llmperf.measure import event_loop
+from llmperf.measure.backends import LOAD_BACKENDS, backend_name
+from llmperf.measure.backends.plan import LoadParts, LoadPlan
 from llmperf.measure.client_cpu import client_summary
-from llmperf.measure.loadgen import LoadGenerator, LoadResult, SessionLoad
+from llmperf.measure.loadgen import SessionLoad
 from llmperf.measure.metrics import (
     compute_metrics,
     distribution,
+    percentiles_in_use,
     session_metrics,
     token_count_mismatches,
 )
+from llmperf.measure.pacing import StagePlan
 from llmperf.measure.records import RecordWriter, RequestRecord
-from llmperf.measure.saturation import SaturationConfig, SaturationDetector
+from llmperf.measure.stages import saturated_stage, stage_figures
 from llmperf.measure.steady import offered_rate_metrics, steady_metrics
 from llmperf.measure.summary import Summary
 from llmperf.measure.validity import check_validity
-from llmperf.measure.workers import WorkerPool
 from llmperf.run.config import Config
 from llmperf.run.console import LoadProgress, print_summary
 from llmperf.run.environment import collect_environment
 from llmperf.run.launch import launch_server, stop_server
+from llmperf.run.secrets import masked_argv, masked_config, masked_engine
 from llmperf.run.state import Run
 from llmperf.run.summary_figures import (
     add_hardware_figures,
+    add_load_backend_figures,
     add_prefix_cache_figures,
     add_server_figures,
     model_label,
@@ -82,7 +86,7 @@ from llmperf.workload.requests import Workload
 
 def write_config(run: Run) -> None:
     run.run_dir.mkdir(parents=True, exist_ok=True)
-    (run.run_dir / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.structured(run.config)))
+    (run.run_dir / "config.yaml").write_text(OmegaConf.to_yaml(masked_config(run.config)))
 
 
 def resolve_hardware(run: Run) -> None:
@@ -118,7 +122,7 @@ def context_tokens(run: Run) -> int | None:
 
 
 def write_environment(run: Run) -> None:
-    environment = collect_environment(run.profile.to_dict(), run.argv)
+    environment = collect_environment(run.profile.to_dict(), masked_argv(run.argv))
     if run.server is not None:
         environment["server"] = run.server.describe()
     _write_json(run.run_dir / "environment.json", environment)
@@ -185,6 +189,9 @@ def drive_load(run: Run) -> None:
     scenario = run.config.scenario
     warmup = run.workload.warmup()
     total = scenario.num_requests + len(warmup) if scenario.num_requests else None
+    if scenario.stages:
+        counts = [s.num_requests for s in scenario.stages]
+        total = sum(counts) + len(warmup) if all(counts) else None
     with contextlib.ExitStack() as stack:
         for context in AROUND_LOAD:
             stack.enter_context(context(run))
@@ -199,22 +206,22 @@ def drive_load(run: Run) -> None:
         open_window = run.scraper.scrape_now if run.scraper is not None else (lambda: None)
         concurrency = scenario.arrival.concurrency if run.workload.closed_loop else None
         saturation = scenario.saturation if scenario.saturation.enabled and concurrency is None else None
-        if scenario.client.workers > 1:
-            pool = WorkerPool(
-                scenario.client.workers,
-                run.config.engine.with_model(run.config.model),
-                run.config.engine.model_for(run.config.model),
-                on_record,
-                saturation=saturation,
-                record_tokens=scenario.record_tokens,
-                on_measure_start=open_window,
-                event_loop=scenario.client.event_loop,
-            )
-            if run.server is not None:
-                stack.enter_context(run.server.watched(pool.stop_sending))
-            run.load = pool.run(warmup, scheduled_requests(run), concurrency, scenario.duration_s)
-        else:
-            run.load = drive_in_process(run, warmup, on_record, saturation, concurrency, open_window, stack)
+        name = backend_name(scenario.client)
+        parts = LoadParts(
+            engine=run.engine,
+            engine_options=run.config.engine.with_model(run.config.model),
+            model=run.config.engine.model_for(run.config.model),
+            on_record=on_record,
+            saturation=saturation,
+            record_tokens=scenario.record_tokens,
+            on_measure_start=open_window,
+            max_concurrency=scenario.arrival.max_concurrency,
+        )
+        backend = LOAD_BACKENDS.get(name).from_options(scenario.client, parts)
+        if run.server is not None:
+            stack.enter_context(run.server.watched(backend.stop_sending))
+        run.load = backend.run(load_plan(run, warmup, concurrency, one_loop=name == "loop"))
+        run.clocks, run.workers_lost = backend.clocks, backend.lost
     if run.collector is not None:  # stopped now: its samples move onto the records' clock
         run.collector.rebase(run.load.origin_perf_counter_s)
     if run.scraper is not None:
@@ -223,25 +230,12 @@ def drive_load(run: Run) -> None:
         run.console.print(f"[bold red]stopped early: {run.load.saturation.describe()}[/]")
 
 
-def drive_in_process(
-    run: Run,
-    warmup: list,
-    on_record: Callable[[RequestRecord], None],
-    saturation: SaturationConfig | None,
-    concurrency: int | None,
-    open_window: Callable[[], None],
-    stack: contextlib.ExitStack,
-) -> LoadResult:
+def load_plan(run: Run, warmup: list, concurrency: int | None, one_loop: bool) -> LoadPlan:
+    """The load as the backend takes it. One loop reads the workload's requests as it sends
+    them (or its sessions, or its stages); workers split a list made before the run. Requests
+    with images are made before the run too: a PNG costs ~13 ms to encode, which on the load
+    generator's loop would be the client's own delay."""
     scenario = run.config.scenario
-    loadgen = LoadGenerator(
-        run.engine,
-        on_record,
-        saturation=SaturationDetector(saturation) if saturation is not None else None,
-        record_tokens=scenario.record_tokens,
-        on_measure_start=open_window,
-    )
-    if run.server is not None:
-        stack.enter_context(run.server.watched(loadgen.stop_sending))
     sessions = None
     if run.workload.has_sessions:
         sessions = SessionLoad(
@@ -250,11 +244,20 @@ def drive_in_process(
             scenario.sessions.max_concurrent,
             scenario.sessions.max_context_tokens or context_tokens(run),
         )
-    requests = () if sessions else run.workload.requests()
-    return event_loop.run(
-        loadgen.run(warmup, requests, concurrency, scenario.duration_s, sessions=sessions),
-        scenario.client.event_loop,
-    )
+    stages = stage_plans(run)
+    if sessions or stages:
+        requests = ()
+    elif not one_loop or (scenario.images.count and scenario.num_requests):
+        requests = scheduled_requests(run)
+    else:
+        requests = run.workload.requests()
+    return LoadPlan(warmup, requests, concurrency, scenario.duration_s, sessions, stages)
+
+
+def stage_plans(run: Run) -> list[StagePlan] | None:
+    """scenario.stages as the load generator runs them; None without stages."""
+    return [StagePlan(run.workload.stage_requests(i), s.rate_rps, s.concurrency, s.duration_s)
+            for i, s in enumerate(run.config.scenario.stages)] or None
 
 
 def scheduled_requests(run: Run) -> list:
@@ -292,7 +295,7 @@ def write_server_metrics(run: Run) -> None:
 def summarize(run: Run) -> None:
     cfg = run.config
     run.summary = Summary(
-        engine={**run.engine.info(), "name": cfg.engine.name, "config": asdict(cfg.engine)},
+        engine={**run.engine.info(), "name": cfg.engine.name, "config": masked_engine(asdict(cfg.engine))},
         scenario=asdict(cfg.scenario),
         model={**asdict(cfg.model), "label": model_label(run)},
         hardware=run.profile.to_dict() if run.profile else cfg.hardware,
@@ -301,9 +304,12 @@ def summarize(run: Run) -> None:
         server=run.server.describe() if run.server is not None else None,
         figures={
             **saturation_summary(run.load),
-            **compute_metrics(run.records, cfg.scenario.slo),
+            **compute_metrics(run.records, cfg.scenario.slo,
+                              capped=cfg.scenario.arrival.max_concurrency is not None),
             **steady_metrics(run.records, cfg.scenario.slo, closed_loop_concurrency(run)),
-            **offered_rate_metrics(run.records, cfg.scenario.arrival, run.workload.has_sessions),
+            # with stages, each stage asks its own rate (summary.json's `stages`)
+            **offered_rate_metrics(run.records, None if cfg.scenario.stages else cfg.scenario.arrival,
+                                   run.workload.has_sessions),
             **session_metrics(run.records, cfg.scenario.prefix.block_tokens),
             **token_count_mismatches(run.records),
             "event_loop_lag_s": distribution(run.load.loop_lag_s),
@@ -314,6 +320,12 @@ def summarize(run: Run) -> None:
         origin_perf_counter_s=run.load.origin_perf_counter_s,
         measure_start_s=run.load.measure_start_s,
     ).to_dict()
+    if cfg.scenario.stages:
+        stages = run.summary["stages"] = stage_figures(run.records, cfg.scenario, run.load.stages)
+        index = saturated_stage(stages)
+        if index is not None:
+            run.summary["saturation_detail"] += (f"; in stage {index} ({stages[index]['load']}),"
+                                                 " which ended the run")
 
 
 def closed_loop_concurrency(run: Run) -> int | None:
@@ -353,6 +365,7 @@ STAGES: list[Callable[[Run], None]] = [
     write_telemetry,
     write_server_metrics,
     summarize,
+    add_load_backend_figures,
     add_server_figures,
     add_prefix_cache_figures,
     add_hardware_figures,
@@ -366,7 +379,7 @@ def run_benchmark(
     config: Config, run_dir: Path, argv: list[str] | None = None, console: Console | None = None
 ) -> Run:
     run = Run(config, Path(run_dir), argv or [], console or Console())
-    with run.resources, _sigterm_as_exit():
+    with run.resources, _sigterm_as_exit(), percentiles_in_use(config.report.percentiles):
         for stage in STAGES:
             stage(run)
     return run

@@ -6,6 +6,7 @@ random stream, so changing the output lengths leaves the arrivals as they were.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -15,7 +16,8 @@ import numpy as np
 from engines.base import Request, SamplingParams, Tokenizer
 from llmperf.errors import DataError
 from llmperf.workload.arrivals import ARRIVALS
-from llmperf.workload.datasets import DATASET_FORMATS, Conversation, resolve_path
+from llmperf.workload.datasets import Conversation, check_dataset, load_conversations
+from llmperf.workload.images import request_images
 from llmperf.workload.lengths import LengthConfig, clip_length, sample_length
 from llmperf.workload.prefixes import SharedPrefixes
 from llmperf.workload.scenario import ScenarioConfig
@@ -36,17 +38,19 @@ class _Streams:
     think_times: np.random.Generator
 
     @classmethod
-    def of(cls, seed: int, phase: int) -> _Streams:
+    def of(cls, seed: int, phase: int, stage: int = 0) -> _Streams:
         """Fresh generators for a phase (0: measured, 1: warmup): the same on every call.
-        (A SeedSequence's first children stay the same when more are spawned.)"""
-        phase_seq = np.random.SeedSequence(seed).spawn(2)[phase]
+        (A SeedSequence's first children stay the same when more are spawned.) A stage past
+        the first (scenario.stages) draws from its own seed sequence."""
+        root = np.random.SeedSequence(seed if stage == 0 else (seed, stage))
+        phase_seq = root.spawn(2)[phase]
         return cls(*(np.random.default_rng(s) for s in phase_seq.spawn(7)))
 
 
 def check_inputs(scenario: ScenarioConfig) -> None:
     """Fail now, before any engine starts, if the dataset is missing or the trace is corrupt."""
     if scenario.dataset:
-        resolve_path(scenario.dataset, "scenario.dataset")
+        check_dataset(scenario.dataset, scenario.dataset_format, scenario.dataset_columns)
     if ARRIVALS[scenario.arrival.process].needs_trace:
         load_trace(scenario.arrival.trace_path)
 
@@ -66,7 +70,7 @@ class Workload:
             load_trace(scenario.arrival.trace_path) if self.process.needs_trace else []
         )
         self.conversations: list[Conversation] = (
-            DATASET_FORMATS.get(scenario.dataset_format)(scenario.dataset, "scenario.dataset")
+            load_conversations(scenario.dataset, scenario.dataset_format, scenario.dataset_columns)
             if scenario.dataset
             else []
         )
@@ -146,6 +150,20 @@ class Workload:
         requests = self._build(streams, times, rows, prefix="", is_warmup=False)
         return itertools.islice(requests, self.scenario.num_requests)
 
+    def stage_requests(self, index: int) -> Iterator[Request]:
+        """Stage `index`'s requests (scenario.stages), `arrival_s` from the stage's start: a
+        rate's stage by the scenario's arrival process at that rate, a concurrency's stage all
+        due at once (the closed loop sends each when a slot frees). Ids are `s{index}-{k}`."""
+        stage = self.scenario.stages[index]
+        streams = _Streams.of(self.scenario.seed, phase=0, stage=index)
+        if stage.rate_rps is None:
+            times: Iterator[float] = itertools.repeat(0.0)
+        else:
+            arrival = dataclasses.replace(self.scenario.arrival, rate_rps=stage.rate_rps)
+            times = self.process.times(arrival, streams.arrivals, self.trace)
+        requests = self._build(streams, times, itertools.repeat(None), f"s{index}-", is_warmup=False)
+        return itertools.islice(requests, stage.num_requests)
+
     def warmup(self) -> list[Request]:
         """Warmup requests: shaped like the measured ones, drawn from their own random stream.
 
@@ -197,6 +215,7 @@ class Workload:
                 arrival_s=float(arrival_s),
                 is_warmup=is_warmup,
                 shared_prefix_tokens=shared,
+                images=request_images(self.scenario.images, self.scenario.seed, int(is_warmup), i),
             )
 
     def _random_tokens(self, n: int, rng: np.random.Generator) -> list[int]:
@@ -213,6 +232,8 @@ class Workload:
 
     def _output_length(self, conversation: Conversation | None, streams: _Streams) -> int:
         cfg = self.scenario.output_tokens
+        if cfg.dist == "dataset" and conversation.output_tokens is not None:
+            return clip_length(cfg, conversation.output_tokens)
         if cfg.dist == "dataset":
             return clip_length(cfg, len(self._encode(conversation.completion)))
         return sample_length(cfg, streams.output_lengths)
