@@ -250,14 +250,12 @@ def test_a_sweep_on_the_ray_launcher_runs_one_job_at_a_time_with_a_server_resour
                         origin + max(r["end_s"] for r in records)))
     windows.sort()
     assert len(windows) == 3
-    assert all(end <= next_start for (_, end), (next_start, _) in zip(windows, windows[1:]))
+    assert all(end <= next_start for (_, end), (next_start, _) in zip(windows, windows[1:], strict=False))
 
 
 def test_the_backend_option_names_every_load_backend():
-    from llmperf.measure.backends import LOAD_BACKENDS
+    from llmperf.measure.backends import LOAD_BACKENDS, backend_name
     from llmperf.measure.client_options import LOAD_BACKEND_NAMES, ClientConfig
-
-    from llmperf.measure.backends import backend_name
 
     # `loop` is chosen, not named: one worker on this host runs on the run's own loop
     assert ("loop", *LOAD_BACKEND_NAMES) == LOAD_BACKENDS.names

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import queue
 import threading
 import time
 from collections.abc import Callable
@@ -33,6 +32,7 @@ from typing import Any
 from engines.base import Request
 from llmperf.errors import require
 from llmperf.measure.backends.plan import LoadParts, LoadPlan
+from llmperf.measure.backends.ray_actors import actor_classes
 from llmperf.measure.client_cpu import CpuMeter
 from llmperf.measure.clock import ClockTrack, estimate_offset
 from llmperf.measure.loadgen import LoadResult
@@ -46,7 +46,6 @@ from llmperf.measure.workers import (
     scaled_saturation,
     split,
     split_concurrency,
-    worker_main,
 )
 
 POLL_S = 0.1  # the coordinator collects messages and looks for lost workers this often
@@ -162,7 +161,7 @@ class RayPool:
         group = placement_group([{"CPU": self.cpus_per_worker}] * n, strategy="SPREAD")
         ray.get(group.ready())
         try:
-            mailbox_cls, worker_cls = _actor_classes(ray)
+            mailbox_cls, worker_cls = actor_classes(ray)
             self._mailbox = mailbox_cls.remote(n)
             shifts = [self.test_clock_offset_s if i == n - 1 else 0.0 for i in range(n)]
             self._actors = [
@@ -318,119 +317,3 @@ class _Reprober:
                 with contextlib.suppress(Exception):  # a lost worker answers no more
                     track.estimates.append(
                         estimate_offset(_probe(self._ray, self._actors[track.worker])))
-
-
-# -- the actors ------------------------------------------------------------------------
-
-
-def _actor_classes(ray):
-    """The Mailbox and LoadWorker actor classes (made once ray is imported)."""
-    global _CLASSES
-    if _CLASSES is None:
-        _CLASSES = (ray.remote(num_cpus=0)(Mailbox), ray.remote(max_concurrency=2)(LoadWorker))
-    return _CLASSES
-
-
-_CLASSES = None
-
-
-class Mailbox:
-    """Messages between the coordinator and the workers (one actor for all of them)."""
-
-    def __init__(self, workers: int) -> None:
-        self._to_coordinator: list[tuple] = []
-        self._to_worker: list[list[tuple]] = [[] for _ in range(workers)]
-        self._start_s: float | None = None
-
-    def post(self, message: tuple) -> None:
-        self._to_coordinator.append(message)
-
-    def collect(self) -> list[tuple]:
-        messages, self._to_coordinator = self._to_coordinator, []
-        return messages
-
-    def tell_all(self, message: tuple, but: int | None) -> None:
-        for i, box in enumerate(self._to_worker):
-            if i != but:
-                box.append(message)
-
-    def take(self, worker: int) -> list[tuple]:
-        messages, self._to_worker[worker] = self._to_worker[worker], []
-        return messages
-
-    def set_start(self, start_s: float) -> None:
-        self._start_s = start_s
-
-    def start_s(self) -> float | None:
-        return self._start_s
-
-
-class LoadWorker:
-    """One load generator on a node: `run` drives its share (llmperf/measure/workers.py's
-    worker_main) while `now_ns` answers clock probes on a second thread."""
-
-    def __init__(self, test_clock_offset_s: float = 0.0) -> None:
-        self._shift_ns = round(test_clock_offset_s * 1e9)
-
-    def now_ns(self) -> int:
-        """This worker's wall clock (shifted by the test-only offset)."""
-        return time.time_ns() + self._shift_ns
-
-    def node(self) -> str:
-        import ray
-
-        return ray.get_runtime_context().get_node_id()
-
-    def run(self, spec: WorkerSpec, mailbox) -> None:
-        # spec.origin_unix_ns is on this worker's clock; worker_main reads the host's own
-        spec = replace(spec, origin_unix_ns=spec.origin_unix_ns - self._shift_ns)
-        start = _Start(mailbox)
-        worker_main(spec, _Outbox(mailbox), _Inbox(mailbox, spec.index), start, start)
-
-
-class _Outbox:
-    """worker_main's results queue: a post to the mailbox (in order, not awaited)."""
-
-    def __init__(self, mailbox) -> None:
-        self._mailbox = mailbox
-
-    def put(self, message: tuple) -> None:
-        self._mailbox.post.remote(message)
-
-
-class _Inbox:
-    """worker_main's control queue: get_nowait() over the mailbox's messages for it. It runs
-    on the load generator's loop, so it never waits on the mailbox: one `take` is always
-    under way, and a poll only looks whether it has come back."""
-
-    def __init__(self, mailbox, worker: int) -> None:
-        import ray
-
-        self._ray, self._mailbox, self._worker = ray, mailbox, worker
-        self._pending: list[tuple] = []
-        self._asked = mailbox.take.remote(worker)
-
-    def get_nowait(self) -> tuple:
-        if not self._pending:
-            ready, _ = self._ray.wait([self._asked], timeout=0)
-            if ready:
-                self._pending = self._ray.get(self._asked)
-                self._asked = self._mailbox.take.remote(self._worker)
-        if not self._pending:
-            raise queue.Empty
-        return self._pending.pop(0)
-
-
-class _Start:
-    """worker_main's go event and start time: wait() until the coordinator sets the start."""
-
-    def __init__(self, mailbox) -> None:
-        self._mailbox = mailbox
-        self.value = 0.0
-
-    def wait(self) -> None:
-        import ray
-
-        while (start_s := ray.get(self._mailbox.start_s.remote())) is None:
-            time.sleep(0.01)
-        self.value = start_s
