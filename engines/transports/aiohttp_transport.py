@@ -7,6 +7,14 @@ here (the SSE split is the caller's, over a bytearray). aiohttp's trace hooks st
 connection-pool wait, the connect time, the last byte written and the response headers; a
 hook costs an await only on the events it is set for, never per body chunk.
 
+A kept-alive connection the server has closed meanwhile fails the next request on it before
+a byte of the response comes (`ServerDisconnectedError`, or a reset on the write): a server
+that says keep-alive but closes after each stream (llama.cpp's llama-server does) fails that
+way on most reuses. Such a request never reached the server's handler, so it goes once more,
+on another connection (up to STALE_RETRIES times while it draws closed kept-alive ones),
+and its times include the failed try (one local round trip); a failure on a new connection, or after the response
+began, is the request's error as before.
+
 Timeouts: `connect_timeout_s` bounds opening a connection; the whole request is bounded by
 the engine's own deadline, not by aiohttp's `total`, which would put a timer context around
 every read of the body.
@@ -21,13 +29,13 @@ from contextlib import asynccontextmanager
 
 import aiohttp
 
-from engines.transports.base import RequestTiming, TransportSettings
+from engines.transports.base import STALE_RETRIES, RequestTiming, TransportSettings
 
 READ_BUFSIZE = 1 << 18  # bytes one read may hand back: a whole burst of chunks at once
 
 
 async def _on_reuse(session, ctx, params) -> None:  # a kept-alive connection
-    ctx.trace_request_ctx.started(time.perf_counter())
+    ctx.trace_request_ctx.reusing(time.perf_counter())
 
 
 async def _on_connect(session, ctx, params) -> None:  # opening a new connection
@@ -89,9 +97,16 @@ class AiohttpTransport:
     async def post(
         self, url: str, body: bytes, headers: dict[str, str], timing: RequestTiming
     ) -> AsyncIterator[AiohttpResponse]:
-        async with self._session.post(
-            url, data=body, headers=headers, trace_request_ctx=timing
-        ) as response:
+        for attempt in range(STALE_RETRIES + 1):
+            try:
+                response = await self._session.post(url, data=body, headers=headers,
+                                                    trace_request_ctx=timing)
+                break
+            except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError):
+                if not timing.reused or attempt == STALE_RETRIES:
+                    raise
+                timing.retried = True  # the pool may hold more the server closed: again
+        async with response:
             yield AiohttpResponse(response)
 
     def classify(self, err: BaseException) -> str | None:

@@ -11,6 +11,9 @@ since it runs once per chunk. Its errors come through as the library raises them
     pool_wait_s  handed to the transport -> started on a connection (opening one, or the
                  first write on a kept-alive one): the queue the client's own pool adds
     connect_s    opening a new connection took this (None: it went on a kept-alive one)
+    reused       it went out on a kept-alive connection (the last attempt's)
+    retried      a kept-alive connection the server had closed failed it before any byte of
+                 the response, and it went again on another (the aiohttp transport)
     written_s    the request's last byte written
     headers_s    the response's headers received
 """
@@ -21,6 +24,10 @@ from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import Protocol
+
+# Kept-alive connections a request may find closed by the server (before any byte of the
+# response) and go again from, before it fails: see aiohttp_transport's docstring.
+STALE_RETRIES = 3
 
 
 @dataclass
@@ -38,11 +45,18 @@ class RequestTiming:
     written_s: float | None = None
     headers_s: float | None = None
     connect_s: float | None = None  # opening a new connection took this (None: a kept-alive one)
+    reused: bool = False
+    retried: bool = False
     _connecting_s: float | None = None
 
     def connecting(self, now: float) -> None:
         self.started(now)
+        self.reused = False
         self._connecting_s = now
+
+    def reusing(self, now: float) -> None:
+        self.started(now)
+        self.reused = True
 
     def connected(self, now: float) -> None:
         if self._connecting_s is not None:

@@ -14,7 +14,7 @@ from contextlib import asynccontextmanager
 
 import httpx
 
-from engines.transports.base import RequestTiming, TransportSettings
+from engines.transports.base import STALE_RETRIES, RequestTiming, TransportSettings
 
 
 class HttpxResponse:
@@ -50,7 +50,7 @@ class HttpxTransport:
         async def trace(name: str, info: dict) -> None:  # httpcore's events, in order
             now = time.perf_counter()
             if name == "connection.connect_tcp.started":
-                timing.connecting(now)
+                timing.connecting(now)  # a new connection: not reused
             elif name in ("connection.connect_tcp.complete", "connection.start_tls.complete"):
                 timing.connected(now)
             timing.started(now)
@@ -59,10 +59,19 @@ class HttpxTransport:
             elif name.endswith("receive_response_headers.complete"):
                 timing.headers_s = now
 
-        request = self._client.build_request(
-            "POST", url, content=body, headers=headers, extensions={"trace": trace}
-        )
-        response = await self._client.send(request, stream=True)
+        for attempt in range(STALE_RETRIES + 1):
+            request = self._client.build_request(
+                "POST", url, content=body, headers=headers, extensions={"trace": trace}
+            )
+            timing.reused = True  # until httpcore says it opens a connection
+            try:
+                response = await self._client.send(request, stream=True)
+                break
+            except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError):
+                # a kept-alive connection the server had closed (as in aiohttp_transport)
+                if not timing.reused or attempt == STALE_RETRIES:
+                    raise
+                timing.retried = True
         try:
             yield HttpxResponse(response)
         finally:
