@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -513,3 +514,154 @@ def test_the_docs_table_lists_every_launch_option():
     table = peers.split("| `engine.launch.` | default | meaning |")[1].split("\n\n")[0]
     listed = re.findall(r"^\| `(\w+)`", table, re.MULTILINE)
     assert listed == [f.name for f in dataclasses.fields(LaunchOptions)]
+
+
+# -- llama.cpp that cannot start, against fake llama-server executables ----------------------
+
+# What a real llama-server prints, and how it ends, for each way a start fails.
+FAKE_LLAMA_SERVERS = {
+    "bad model path": (
+        "echo \"gguf_init_from_file: failed to open GGUF file '$2'\"\n"
+        "echo 'main: exiting due to model loading error'\nexit 1\n"
+    ),
+    "bad args": "echo \"error: invalid argument: $7\"\nexit 1\n",
+    "port taken": "echo 'start: couldn'\"'\"'t bind HTTP server socket'\nexit 1\n",
+    "crash at load": "echo 'load_tensors: loading model tensors'\nkill -SEGV $$\n",
+}
+
+
+def fake_llama_server(folder: Path, body: str) -> Path:
+    script = folder / "llama-server"
+    script.write_text("#!/bin/sh\necho \"fake llama-server $*\"\n" + body)
+    script.chmod(0o755)
+    return script
+
+
+@pytest.mark.parametrize("case", FAKE_LLAMA_SERVERS)
+def test_a_llama_cpp_that_fails_to_start_is_one_line_naming_its_log_and_exit_2(tmp_path, case):
+    binary = fake_llama_server(tmp_path, FAKE_LLAMA_SERVERS[case])
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"GGUF")
+    proc = llmperf(
+        "engine.launch=llama.cpp",
+        f"engine.launch.binary={binary}",
+        f"model.path={model}",
+        *QUICK,
+        cwd=tmp_path,
+    )
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 2, err
+    log = tmp_path / "run" / "server.log"
+    code = -signal.SIGSEGV if case == "crash at load" else 1
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert f"llama.cpp exited with code {code} before it was ready; {log}:" in err
+    last_line = log.read_text().splitlines()[-1]
+    assert last_line in err  # the log's tail says why
+    assert f"-m {model} --host 127.0.0.1" in log.read_text()  # the command llmperf wrote
+
+
+def test_a_llama_cpp_that_never_binds_is_one_line_naming_its_log_within_its_timeout(tmp_path):
+    binary = fake_llama_server(tmp_path, "exec sleep 600\n")
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"GGUF")
+    began = time.perf_counter()
+    proc = llmperf(
+        "engine.launch=llama.cpp",
+        f"engine.launch.binary={binary}",
+        f"model.path={model}",
+        "engine.launch.ready_timeout_s=2",
+        *QUICK,
+        cwd=tmp_path,
+    )
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 2 and err.count("\n") == 1
+    assert "llama.cpp was not ready within ready_timeout_s=2" in err
+    assert f"see {tmp_path / 'run' / 'server.log'}" in err
+    assert time.perf_counter() - began < 30
+    left = subprocess.run(["pgrep", "-f", str(binary)], capture_output=True, text=True)
+    assert left.stdout.strip() == ""  # the sleeping fake was stopped
+
+
+def test_a_llama_cpp_port_in_use_and_a_missing_gguf_are_refused_before_starting(tmp_path):
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"GGUF")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        proc = llmperf(
+            "engine.launch=llama.cpp",
+            f"engine.launch.binary={sys.executable}",
+            f"engine.launch.port={port}",
+            f"model.path={model}",
+            *QUICK,
+            cwd=tmp_path,
+        )
+        out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 2 and err.count("\n") == 1
+    assert f"engine.launch.port={port}: cannot listen on 127.0.0.1:{port}" in err
+    proc = llmperf(
+        "engine.launch=llama.cpp", f"model.path={tmp_path / 'none.gguf'}", *QUICK, cwd=tmp_path
+    )
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 2 and err.count("\n") == 1
+    assert f"model.path='{tmp_path / 'none.gguf'}': no such GGUF file" in err
+
+
+def _sdist(folder: Path, cmake_lists: str | None) -> Path:
+    """A llama-cpp-python source distribution holding `vendor/llama.cpp` (or not)."""
+    import tarfile
+
+    top = folder / "llama_cpp_python-0.0.1"
+    if cmake_lists is not None:
+        (top / "vendor" / "llama.cpp").mkdir(parents=True)
+        (top / "vendor" / "llama.cpp" / "CMakeLists.txt").write_text(cmake_lists)
+    else:
+        top.mkdir(parents=True)
+    sdist = folder / "llama_cpp_python-0.0.1.tar.gz"
+    with tarfile.open(sdist, "w:gz") as tar:
+        tar.add(top, arcname=top.name)
+    return sdist
+
+
+@pytest.mark.skipif(not all(map(shutil.which, ("cmake", "c++", "tar"))), reason="needs cmake, c++, tar")
+@pytest.mark.parametrize(
+    "cmake_lists, message",
+    [
+        ("this is not cmake(", r"configuring llama.cpp \(cmake\) failed \(exit 1\); see {log}$"),
+        (
+            "cmake_minimum_required(VERSION 3.14)\nproject(x NONE)\n",
+            r"building llama-server failed \(exit \d+\); see {log}$",  # make's code, or ninja's
+        ),
+        (None, r"llama_cpp_python-0.0.1.tar.gz holds no vendor/llama.cpp$"),
+    ],
+)
+def test_a_llama_cpp_build_that_fails_is_one_line_naming_its_log_and_exit_2(
+    tmp_path, cmake_lists, message
+):
+    sdist = _sdist(tmp_path / "sdist", cmake_lists)
+    out = tmp_path / "llama.cpp"
+    proc = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "install-llama-cpp.sh"), str(out)],
+        env={**os.environ, "LLAMA_CPP_SDIST": str(sdist)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("install-llama-cpp.sh: error: ")
+    assert re.search(message.format(log=re.escape(str(out / "build.log"))), proc.stderr.strip())
+    if cmake_lists is not None:  # cmake's own words are in the log the line names
+        assert "CMake" in (out / "build.log").read_text()
+
+
+def test_the_recorded_llama_cpp_version_names_the_source_it_was_built_from(tmp_path):
+    binary = tmp_path / "src" / "build" / "bin" / "llama-server"
+    binary.parent.mkdir(parents=True)
+    binary.write_text("#!/bin/sh\n")
+    binary.chmod(0o755)
+    llama = family_of(LaunchOptions(family="llama.cpp", binary=str(binary)))
+    llama.resolve_binary()
+    assert llama.label_version("b0-unknown") == "b0-unknown"
+    (tmp_path / "src" / "LLMPERF_SOURCE").write_text("llama-cpp-python 0.3.36\n")
+    assert llama.label_version("b0-unknown") == "b0-unknown (llama-cpp-python 0.3.36)"

@@ -1,5 +1,6 @@
 """llama.cpp: `llama-server -m MODEL.gguf`, with `--metrics` on. `model.path` is the GGUF file
-(`llmperf-export format=gguf` writes one). The binary: the one scripts/install-llama-cpp.sh
+(`llmperf-export format=gguf` writes one), or a checkpoint folder, whose GGUF gguf_path.py
+finds or writes. The binary: the one scripts/install-llama-cpp.sh
 builds when it is there, else `llama-server` on PATH."""
 
 from __future__ import annotations
@@ -10,9 +11,11 @@ from pathlib import Path
 from typing import Any
 
 from engines.launch.base import ServerFamily
+from engines.launch.gguf_path import gguf_for
 
 DEFAULT_DIR = "~/.cache/llmperf/llama.cpp"
 DIR_VARIABLE = "LLMPERF_LLAMA_CPP_DIR"
+SOURCE_FILE = "LLMPERF_SOURCE"  # scripts/install-llama-cpp.sh: "llama-cpp-python VERSION"
 
 
 def built_binary() -> Path:
@@ -43,13 +46,23 @@ class LlamaCpp(ServerFamily):
         return [
             self.binary,
             "-m",
-            model,
+            gguf_for(model),
             "--host",
             host,
             "--port",
             str(port),
             *self.format_args(self.args()),
         ]
+
+    def label_version(self, version: str) -> str:
+        # A build from an sdist's vendored copy says "b0-unknown" (no git there); the install
+        # script writes which sdist it was beside the source
+        source = Path(self.binary).resolve().parent.parent.parent / SOURCE_FILE if self.binary else None
+        try:
+            built_from = source.read_text().strip() if source else ""
+        except OSError:
+            built_from = ""
+        return f"{version} ({built_from})" if built_from else version
 
     def local_version(self) -> str | None:
         try:

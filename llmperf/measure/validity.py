@@ -195,7 +195,7 @@ def server_agrees(summary: dict[str, Any], criteria: ValidityConfig) -> Check:
     the whole overhead past the engine's parts."""
     ttft, overhead = summary.get("ttft_s") or {}, summary.get("ttft_overhead_s")
     if overhead is None or ttft.get("mean") is None:
-        return Check("server_agrees", True, "no server-side view", blocking=False)
+        return Check("server_agrees", True, summary.get("server_note") or "no server-side view", blocking=False)
     frontend_s, network_s = summary.get("ttft_frontend_s"), summary.get("ttft_network_s")
     between = overhead["mean"] if network_s is None else network_s
     share = between / ttft["mean"]

@@ -61,7 +61,8 @@ def latency_split(run: RunFolder) -> Figure:
     s = run.summary
     bars = [(name, label) for name, label in SPLITS if _stat(s, f"{name}_overhead_s", "mean") is not None]
     if not bars:
-        raise NoData("no server-side view: the server's queue, prefill and decode times were not scraped")
+        raise NoData(s.get("server_note") or "no server-side view: the server's queue, prefill and decode times "
+                     "were not scraped")
     fig, (ax,) = new_figure("Client vs server: where the mean latency went", height_in=2.6)
     titled(ax, "", "mean latency (ms)", "")
     colors = {part: color(i) for i, part in enumerate(PART_LABELS)}

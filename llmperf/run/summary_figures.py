@@ -72,6 +72,8 @@ def add_server_figures(run: Run) -> None:
         return
     s = run.summary
     s["server_family"] = run.scraper.family.name
+    if run.scraper.family.note:  # what this server's metrics cannot give
+        s["server_note"] = run.scraper.family.note
     s["server_metrics_url"] = run.scraper.url
     s["server_scrape_errors"] = len(run.scraper.errors)
     s.update(window_summary(run.scraper.rows, run.load.measure_start_s, run.load.end_s, run.scraper.opening_s))

@@ -41,6 +41,7 @@ class Family:
     name: str
     prefix: str  # every metric of the family starts with it
     metrics: dict[str, str] = field(default_factory=dict)  # our figure -> the server's metric
+    note: str = ""  # what the family's metrics cannot give, said where its figures are missing
 
     def figure_of(self, metric: str) -> str | None:
         return self._by_metric.get(metric)
@@ -93,15 +94,22 @@ FAMILIES: dict[str, Family] = {
             "running": "tgi_batch_current_size",
             "waiting": "tgi_queue_size",
         }),
-        # Counters and gauges only (`llama-server --metrics`); kv_cache_usage_ratio is gone
-        # from recent builds.
+        # Counters and gauges only (`llama-server --metrics`, checked against a live server
+        # built by scripts/install-llama-cpp.sh). prompt_tokens excludes the tokens a slot
+        # reused from its cache; those (prompt_tokens_cached) are left unmapped, as their
+        # token-by-token hits (a shared BOS) would read as a stale prefix cache. No KV-cache
+        # gauge (kv_cache_usage_ratio is gone) and no per-request latency.
         Family("llama.cpp", "llamacpp:", {
             "output_tokens": "llamacpp:tokens_predicted",
             "prompt_tokens": "llamacpp:prompt_tokens",
-            "kv_cache_usage": "llamacpp:kv_cache_usage_ratio",
+            "spec_decode_drafts": "llamacpp:spec_decode_num_drafts",
+            "spec_decode_draft_tokens": "llamacpp:spec_decode_num_draft_tokens",
+            "spec_decode_accepted_tokens": "llamacpp:spec_decode_num_accepted_tokens",
             "running": "llamacpp:requests_processing",
             "waiting": "llamacpp:requests_deferred",
-        }),
+        }, note="llama.cpp's /metrics has counters and gauges only, no per-request "
+                "histogram: no server TTFT, queue, prefill, decode or E2E, so no "
+                "client-vs-server split (docs/llama-cpp.md)"),
     )
 }
 
