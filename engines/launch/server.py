@@ -83,7 +83,10 @@ class ManagedServer:
         except FileNotFoundError as err:
             raise LaunchError(f"engine.launch.binary: {err}") from None
         self.port = self._claim_port()
-        self.command = self.spec.command(self.model, self.host, self.port)
+        try:  # a family may prepare its model first (llama.cpp: a folder's GGUF)
+            self.command = self.spec.command(self.model, self.host, self.port)
+        except ValueError as err:
+            raise LaunchError(f"engine.launch: {err}") from None
         self.env = self.spec.env()
         began = time.perf_counter()
         with self.log_path.open("ab") as log:
