@@ -6,13 +6,15 @@ a layer whose per-call cost, not their bytes, is most of a small decode step out
 Linears. `kernels/cpu/ops.cpp` does each in one pass over its rows: `rms_norm` (the first
 layer's input norm), `add_rms_norm` (every other norm, with the residual add before it: the
 model carries the residual stream to the next norm, engines.reference.model.DecoderLayer),
-`rotary` (q and k in one call: adjacent heads of each qkv row) and `silu_mul`. Each rounds to the model's dtype where the torch code does, so bf16 outputs
-match it (up to the fp32 sum order of the norm).
+`rotary` (q and k in one call: adjacent heads of each qkv row), `silu_mul`, and `store_kv`
+(the new K and V into their cache slots, a row a memcpy, where index_copy_ took milliseconds
+a layer on a prefill step). Each rounds to the model's dtype where the torch code does, so
+bf16 outputs match it (up to the fp32 sum order of the norm).
 
 Installed after the weights are loaded, sharded and packed: the norms' modules are swapped
-for `CpuRMSNorm` (same weight), and each attention's `rotate` and each MLP's `act_mul`
-point at the operators. CPU only; not with `engine.compile` (inductor cannot trace the
-operators).
+for `CpuRMSNorm` (same weight), and each attention's `rotate` and `store` and each MLP's
+`act_mul` point at the operators. CPU only; not with `engine.compile` (inductor cannot trace
+the operators).
 """
 
 from __future__ import annotations
@@ -58,6 +60,7 @@ def install_fused_ops(model: nn.Module) -> None:
                 setattr(parent, name, CpuRMSNorm(child, ops))
         if isinstance(parent, Attention):
             parent.rotate = rotate
+            parent.store = ops.store_kv
         elif isinstance(parent, MLP):
             parent.act_mul = ops.silu_mul
 

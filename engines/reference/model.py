@@ -48,6 +48,7 @@ class Attention(nn.Module):
         self.qkv_proj = nn.Linear(cfg.hidden_size, cfg.q_size + 2 * cfg.kv_size, bias=cfg.attention_bias)
         self.o_proj = nn.Linear(cfg.q_size, cfg.hidden_size, bias=cfg.attention_out_bias)
         self.rotate = apply_rotary  # engine.fused_ops: one C++ op per tensor (engines.reference.fused_ops)
+        self.store = store_kv  # engine.fused_ops: one C++ op for K and V
 
     def forward(
         self,
@@ -64,15 +65,19 @@ class Attention(nn.Module):
         k = k.reshape(num_tokens, self.num_kv_heads, self.head_dim)
         v = v.reshape(num_tokens, self.num_kv_heads, self.head_dim)
         q, k = self.rotate(q, k, *rope)
-        out = attend(q, k, v, k_cache, v_cache, meta, backend, self.scale)
+        out = attend(q, k, v, k_cache, v_cache, meta, backend, self.scale, self.store)
         return self.o_proj(out.reshape(num_tokens, -1))
 
 
 @torch.compiler.disable
-def attend(q, k, v, k_cache, v_cache, meta: AttentionMetadata, backend: AttentionBackend, scale: float):
+def attend(q, k, v, k_cache, v_cache, meta: AttentionMetadata, backend: AttentionBackend, scale: float, store=None):
     """Store the new K/V, then attend. Left out of torch.compile (`engine.compile`): the backend
-    reads the step's lengths as Python ints, on which a compiled graph would specialise."""
-    store_kv(k_cache, v_cache, k, v, meta.slot_mapping)
+    reads the step's lengths as Python ints, on which a compiled graph would specialise. A
+    backend with `reads_new_kv` also gets the new K/V, so that prompts with no cached context
+    attend to them where they are instead of gathering them back from the cache."""
+    (store or store_kv)(k_cache, v_cache, k, v, meta.slot_mapping)
+    if getattr(backend, "reads_new_kv", False):
+        return backend(q, k_cache, v_cache, meta, scale, new_kv=(k, v))
     return backend(q, k_cache, v_cache, meta, scale)
 
 

@@ -6,7 +6,8 @@ sequences own runs of consecutive blocks. Before a backend is called, the new
 tokens' K and V are already written to their slots, so a backend only reads:
 sequence i's queries are its `query_lens[i]` newest positions, and it attends,
 causally, to its first `seq_lens[i]` cached positions, found through
-`block_tables[i]`.
+`block_tables[i]`. A backend with `reads_new_kv = True` is also handed the step's new K
+and V (`new_kv`, as stored) and may read prompts without earlier context from them.
 """
 
 from __future__ import annotations

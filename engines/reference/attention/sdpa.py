@@ -11,14 +11,19 @@ from engines.reference.attention.gather import causal_mask, gather_padded, gathe
 
 class SdpaAttention:
     name = "sdpa"
+    reads_new_kv = True  # engines.reference.model.attend passes the step's new K/V (`new_kv`)
 
-    def __call__(self, q, k_cache, v_cache, meta: AttentionMetadata, scale: float) -> torch.Tensor:
+    def __call__(self, q, k_cache, v_cache, meta: AttentionMetadata, scale: float, new_kv=None) -> torch.Tensor:
+        """`new_kv`: the step's new K and V ([num_tokens, num_kv_heads, head_dim], already in
+        the cache); a prompt with no cached context (query length = context) attends to them
+        in place instead of a gather of the same values back from the cache."""
         if meta.is_decode_only:
             return self._decode(q, k_cache, v_cache, meta, scale)
-        out = torch.empty_like(q)
+        out = None
         starts = meta.query_starts
         decode_rows = set()
         if len(meta.decode_rows) > 1:
+            out = torch.empty_like(q)
             token_index = meta.decode_batch.token_index
             out[token_index] = self._decode(q[token_index], k_cache, v_cache, meta, scale)
             decode_rows = set(meta.decode_rows)
@@ -33,7 +38,10 @@ class SdpaAttention:
                 groups.setdefault(lens, []).append(i)
         for (q_len, seq_len), rows in groups.items():
             tokens = _token_index(rows, starts, q_len, q.device)
-            k, v = gather_rows(k_cache, meta, rows, seq_len), gather_rows(v_cache, meta, rows, seq_len)
+            if new_kv is not None and q_len == seq_len:  # no earlier context: the new K/V are all of it
+                k, v = (x.to(k_cache.dtype)[tokens].view(len(rows), q_len, *x.shape[1:]) for x in new_kv)
+            else:
+                k, v = gather_rows(k_cache, meta, rows, seq_len), gather_rows(v_cache, meta, rows, seq_len)
             qi = q[tokens].view(len(rows), q_len, *q.shape[1:])
             mask = None if q_len == seq_len else causal_mask(q_len, seq_len, q.device)
             o = F.scaled_dot_product_attention(
@@ -45,7 +53,12 @@ class SdpaAttention:
                 scale=scale,
                 enable_gqa=True,
             )
-            out[tokens] = o.transpose(1, 2).reshape(len(rows) * q_len, *q.shape[1:])
+            o = o.transpose(1, 2).reshape(len(rows) * q_len, *q.shape[1:])
+            if out is None and len(rows) * q_len == q.shape[0]:
+                return o  # one group holds every token, in order (tokens is then the whole range)
+            if out is None:
+                out = torch.empty_like(q)
+            out[tokens] = o
         return out
 
     @staticmethod

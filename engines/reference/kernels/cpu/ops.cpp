@@ -3,10 +3,11 @@
 // registered under torch.ops.llmperf:
 //
 //   paged_decode   decode attention over the paged KV cache, read in place (attention=cpu)
-//   rms_norm, add_rms_norm, rotary, silu_mul
-//                  a decoder layer's elementwise steps, each one pass over its rows instead
-//                  of several torch ops (engine.fused_ops); each rounds to the model's dtype
-//                  where the torch code it replaces does, so bf16 results match it.
+//   rms_norm, add_rms_norm, rotary, silu_mul, store_kv
+//                  a decoder layer's elementwise steps and its K/V cache write, each one pass
+//                  over its rows instead of one or several torch ops (engine.fused_ops); each
+//                  rounds to the model's dtype where the torch code it replaces does, so bf16
+//                  results match it.
 //
 // paged_decode: one query per sequence, no gather into a padded batch, no padding attended
 // to. Caches are [num_blocks, block_size, num_kv_heads, head_dim] (float32, bfloat16 or
@@ -132,7 +133,7 @@ inline void vstore_as(T* p, Vec a) {
 template <typename T, int CHUNKS>
 void decode(const T* q, const T* k_cache, const T* v_cache, const int32_t* tables, const int32_t* lens, T* out,
             int64_t num_seqs, int64_t num_heads, int64_t num_kv_heads, int64_t head_dim, int64_t block_size,
-            int64_t table_stride, int64_t max_len, float scale) {
+            int64_t table_stride, int64_t max_len, float scale, int64_t q_stride) {
   const int chunks = CHUNKS ? CHUNKS : static_cast<int>(head_dim / kLanes);
   const int64_t group = num_heads / num_kv_heads;
   const int64_t row_stride = num_kv_heads * head_dim;  // between positions of a block
@@ -151,7 +152,7 @@ void decode(const T* q, const T* k_cache, const T* v_cache, const int32_t* table
       const int64_t len = lens[b];
       const int64_t num_blocks = (len + block_size - 1) / block_size;
       const int32_t* table = tables + b * table_stride;
-      const T* qb = q + (b * num_heads + h0 * group) * head_dim;  // the job's query heads, in a row
+      const T* qb = q + b * q_stride + h0 * group * head_dim;  // the job's query heads, in a row
       // f(position, kv head within the job, its row as vectors) for each cached position, in
       // order through the blocks, every kv head of the job in turn.
       auto each_position = [&](const T* cache, auto&& f) {
@@ -219,7 +220,7 @@ void dispatch_head_dim(const torch::Tensor& q, const torch::Tensor& k_cache, con
   kernel(static_cast<const T*>(q.data_ptr()), static_cast<const T*>(k_cache.data_ptr()),
          static_cast<const T*>(v_cache.data_ptr()), tables.data_ptr<int32_t>(), lens.data_ptr<int32_t>(),
          static_cast<T*>(out.data_ptr()), q.size(0), q.size(1), k_cache.size(2), head_dim, k_cache.size(1),
-         tables.stride(0), max_len, scale);
+         tables.stride(0), max_len, scale, q.stride(0));
 }
 
 // Rows per parallel task: small steps (a decode of a few rows) stay on the calling thread.
@@ -331,7 +332,10 @@ torch::Tensor paged_decode(torch::Tensor q, torch::Tensor k_cache, torch::Tensor
               "paged_decode: head_dim must be a multiple of 16, at most 256, got ", head_dim);
   TORCH_CHECK(q.size(1) % num_kv_heads == 0, "paged_decode: query heads not a multiple of kv heads");
   TORCH_CHECK(q.size(1) <= kMaxJobHeads, "paged_decode: at most ", kMaxJobHeads, " query heads");
-  auto qc = q.to(k_cache.scalar_type()).contiguous();  // in the cache's dtype, as sdpa's decode
+  // In the cache's dtype, as sdpa's decode; a row's heads contiguous (the rows may be a view
+  // apart, as the rotated q of a qkv row is), so the model's q goes in without a copy.
+  auto qc = q.to(k_cache.scalar_type());
+  if (qc.stride(2) != 1 || qc.stride(1) != head_dim) qc = qc.contiguous();
   auto tables = block_tables.to(torch::kInt).contiguous();
   auto lens = seq_lens.to(torch::kInt).contiguous();
   TORCH_CHECK(tables.size(0) == q.size(0) && lens.size(0) == q.size(0), "paged_decode: one table and length per row");
@@ -342,7 +346,7 @@ torch::Tensor paged_decode(torch::Tensor q, torch::Tensor k_cache, torch::Tensor
                 " out of the block table's range");
     max_len = std::max<int64_t>(max_len, l[i]);
   }
-  auto out = torch::empty_like(qc);
+  auto out = torch::empty({qc.size(0), qc.size(1), head_dim}, qc.options());
   const float s = static_cast<float>(scale);
   switch (k_cache.scalar_type()) {
     case at::kFloat: dispatch_head_dim<float>(qc, k_cache, v_cache, tables, lens, out, max_len, s); break;
@@ -418,6 +422,38 @@ torch::Tensor rotary(torch::Tensor x, torch::Tensor cos, torch::Tensor sin) {
   return out;
 }
 
+// The step's new K and V ([tokens, num_kv_heads, head_dim], each token's heads contiguous) into
+// their cache slots (flat: block * block_size + offset), as index_copy_ does, a row a memcpy.
+void store_kv(torch::Tensor k_cache, torch::Tensor v_cache, torch::Tensor k, torch::Tensor v, torch::Tensor slots) {
+  TORCH_CHECK(k_cache.is_contiguous() && v_cache.is_contiguous() && k_cache.sizes() == v_cache.sizes() &&
+                  k_cache.dim() == 4 && k_cache.scalar_type() == v_cache.scalar_type(),
+              "store_kv: the caches must be contiguous [blocks, block_size, kv_heads, head_dim] of one dtype");
+  const int64_t width = k_cache.size(2) * k_cache.size(3), capacity = k_cache.size(0) * k_cache.size(1);
+  auto rows = [&](const torch::Tensor& x) {
+    auto r = x.to(k_cache.scalar_type()).reshape({-1, width});
+    return r.stride(1) == 1 ? r : r.contiguous();
+  };
+  auto kr = rows(k), vr = rows(v);
+  auto s = slots.to(torch::kLong).contiguous();
+  const int64_t tokens = s.numel();
+  TORCH_CHECK(kr.size(0) == tokens && vr.size(0) == tokens, "store_kv: one slot per token");
+  const int64_t* slot = s.data_ptr<int64_t>();
+  for (int64_t i = 0; i < tokens; ++i)
+    TORCH_CHECK(slot[i] >= 0 && slot[i] < capacity, "store_kv: slot ", slot[i], " outside the cache");
+  const int64_t bytes = width * k_cache.element_size();
+  auto* kc = static_cast<char*>(k_cache.data_ptr());
+  auto* vc = static_cast<char*>(v_cache.data_ptr());
+  const auto* ks = static_cast<const char*>(kr.data_ptr());
+  const auto* vs = static_cast<const char*>(vr.data_ptr());
+  const int64_t k_stride = kr.stride(0) * k_cache.element_size(), v_stride = vr.stride(0) * k_cache.element_size();
+  at::parallel_for(0, tokens, std::max<int64_t>(1, 65536 / std::max<int64_t>(1, bytes)), [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      std::memcpy(kc + slot[i] * bytes, ks + i * k_stride, bytes);
+      std::memcpy(vc + slot[i] * bytes, vs + i * v_stride, bytes);
+    }
+  });
+}
+
 // Operators, not Python functions: torch.profiler's op tables show them as llmperf::NAME.
 TORCH_LIBRARY(llmperf, m) {
   m.def("paged_decode(Tensor q, Tensor k_cache, Tensor v_cache, Tensor block_tables, Tensor seq_lens, float scale) -> Tensor",
@@ -426,4 +462,5 @@ TORCH_LIBRARY(llmperf, m) {
   m.def("add_rms_norm(Tensor x, Tensor residual, Tensor weight, float eps) -> (Tensor, Tensor)", &add_rms_norm);
   m.def("silu_mul(Tensor x) -> Tensor", &silu_mul);
   m.def("rotary(Tensor x, Tensor cos, Tensor sin) -> Tensor", &rotary);
+  m.def("store_kv(Tensor(a!) k_cache, Tensor(b!) v_cache, Tensor k, Tensor v, Tensor slots) -> ()", &store_kv);
 }
