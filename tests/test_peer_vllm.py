@@ -13,6 +13,8 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -36,6 +38,13 @@ pytestmark = [
 def vllm_server(tmp_path_factory):
     work = tmp_path_factory.mktemp("vllm")
     checkpoint = write_llama_checkpoint(work / "ckpt")
+    with running_vllm(checkpoint, work) as base_url:
+        yield base_url, checkpoint
+
+
+@contextmanager
+def running_vllm(checkpoint: Path, work: Path) -> Iterator[str]:
+    """`vllm serve` of the checkpoint on a free port, as "peer", until the block ends: its URL."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -57,7 +66,7 @@ def vllm_server(tmp_path_factory):
             assert proc.poll() is None, f"vllm serve exited; see {work / 'vllm.log'}"
             assert time.monotonic() < deadline, f"vllm serve not ready in 15 min; see {work / 'vllm.log'}"
             time.sleep(1.0)
-        yield f"http://127.0.0.1:{port}", checkpoint
+        yield f"http://127.0.0.1:{port}"
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         try:
