@@ -98,9 +98,8 @@ class WorkerSpec:
     record_tokens: bool
     origin_unix_ns: int
     event_loop: str = "auto"
-    # How often the worker looks for the coordinator's messages and sends its records. A Ray
-    # actor's call to its mailbox stalls the loop now and then (backends/ray_pool.py), so
-    # there they are rarer.
+    # How often the worker looks for the coordinator's messages and sends its records (a Ray
+    # actor's too: it puts them in its own outbox, backends/ray_actors.py).
     control_poll_s: float = CONTROL_POLL_S
     records_flush_s: float = RECORDS_FLUSH_S
 

@@ -1,64 +1,55 @@
-"""The Ray actors of the ray backend (ray_pool.py): the mailbox that carries the messages
-between the coordinator and the workers, and the worker that runs one share of the load
-(llmperf/measure/workers.py's worker_main) while answering clock probes."""
+"""The Ray actor of the ray backend (ray_pool.py): the worker that runs one share of the load
+(llmperf/measure/workers.py's worker_main) while its other threads answer the coordinator.
+
+The load generator's loop makes no Ray call. Its messages (batches of records every
+RECORDS_FLUSH_S, ready, saturated, done, failed) go into the actor's own outbox, a list under
+a lock; the coordinator keeps one `take` call waiting on it, which returns them, pickled once,
+every POLL_S (ray_pool.py) while there are any. Its control messages (stop sending,
+interrupt, another worker's saturation) and the measured phase's start arrive as calls on
+those other threads too, and the loop reads them from memory. A Ray call submitted from the
+loop took 0.6-1.0 ms at the median and 3-4 ms at the p99 there, a put into the outbox
+0.02-0.05 ms (docs/sizing.md, "Ray actors and local processes on one host").
+"""
 
 from __future__ import annotations
 
+import collections
+import pickle
 import queue
+import threading
 import time
 from dataclasses import replace
 
 from llmperf.measure.workers import WorkerSpec, worker_main
 
-
-def actor_classes(ray):
-    """The Mailbox and LoadWorker actor classes (made once ray is imported)."""
-    global _CLASSES
-    if _CLASSES is None:
-        _CLASSES = (ray.remote(num_cpus=0)(Mailbox), ray.remote(max_concurrency=2)(LoadWorker))
-    return _CLASSES
+# One thread runs the load; the others: the coordinator's waiting `take`, a clock probe and a
+# control message, none of them queued behind another.
+THREADS = 4
 
 
-_CLASSES = None
+def actor_class(ray):
+    """The LoadWorker actor class (made once ray is imported)."""
+    global _CLASS
+    if _CLASS is None:
+        _CLASS = ray.remote(max_concurrency=THREADS)(LoadWorker)
+    return _CLASS
 
 
-class Mailbox:
-    """Messages between the coordinator and the workers (one actor for all of them)."""
-
-    def __init__(self, workers: int) -> None:
-        self._to_coordinator: list[tuple] = []
-        self._to_worker: list[list[tuple]] = [[] for _ in range(workers)]
-        self._start_s: float | None = None
-
-    def post(self, message: tuple) -> None:
-        self._to_coordinator.append(message)
-
-    def collect(self) -> list[tuple]:
-        messages, self._to_coordinator = self._to_coordinator, []
-        return messages
-
-    def tell_all(self, message: tuple, but: int | None) -> None:
-        for i, box in enumerate(self._to_worker):
-            if i != but:
-                box.append(message)
-
-    def take(self, worker: int) -> list[tuple]:
-        messages, self._to_worker[worker] = self._to_worker[worker], []
-        return messages
-
-    def set_start(self, start_s: float) -> None:
-        self._start_s = start_s
-
-    def start_s(self) -> float | None:
-        return self._start_s
+_CLASS = None
 
 
 class LoadWorker:
     """One load generator on a node: `run` drives its share (llmperf/measure/workers.py's
-    worker_main) while `now_ns` answers clock probes on a second thread."""
+    worker_main); `take`, `tell`, `set_start` and `now_ns` answer the coordinator."""
 
     def __init__(self, test_clock_offset_s: float = 0.0) -> None:
         self._shift_ns = round(test_clock_offset_s * 1e9)
+        self._outbox: list[tuple] = []
+        self._posted = threading.Condition()
+        self._last_take = 0.0  # time.monotonic() when the coordinator last took them
+        self._node: str | None = None  # this worker's node, set in its records
+        self._control: collections.deque[tuple] = collections.deque()
+        self._start = _Start()
 
     def now_ns(self) -> int:
         """This worker's wall clock (shifted by the test-only offset)."""
@@ -67,58 +58,67 @@ class LoadWorker:
     def node(self) -> str:
         import ray
 
-        return ray.get_runtime_context().get_node_id()
+        self._node = ray.get_runtime_context().get_node_id()
+        return self._node
 
-    def run(self, spec: WorkerSpec, mailbox) -> None:
+    def run(self, spec: WorkerSpec) -> None:
         # spec.origin_unix_ns is on this worker's clock; worker_main reads the host's own
         spec = replace(spec, origin_unix_ns=spec.origin_unix_ns - self._shift_ns)
-        start = _Start(mailbox)
-        worker_main(spec, _Outbox(mailbox), _Inbox(mailbox, spec.index), start, start)
-
-
-class _Outbox:
-    """worker_main's results queue: a post to the mailbox (in order, not awaited)."""
-
-    def __init__(self, mailbox) -> None:
-        self._mailbox = mailbox
+        worker_main(spec, self, _Inbox(self._control), self._start, self._start)
 
     def put(self, message: tuple) -> None:
-        self._mailbox.post.remote(message)
+        """worker_main's results queue, on the load generator's loop: no pickling, no call."""
+        with self._posted:
+            self._outbox.append(message)
+            self._posted.notify()
+
+    def take(self, wait_s: float, every_s: float) -> bytes:
+        """The messages posted since the last take, in order, pickled: no sooner than
+        `every_s` after the last take (a batch of batches: one wakeup of this thread and of
+        the coordinator per `every_s`, not per message), then as soon as there is one, or
+        none after `wait_s`."""
+        time.sleep(max(0.0, self._last_take + every_s - time.monotonic()))
+        with self._posted:
+            if not self._outbox:
+                self._posted.wait(wait_s)
+            messages, self._outbox = self._outbox, []
+        self._last_take = time.monotonic()
+        for kind, _, payload in messages:
+            if kind == "records":  # here, not a dataclass copy of each in the coordinator
+                for record in payload:
+                    record.node = self._node
+        return pickle.dumps(messages, protocol=pickle.HIGHEST_PROTOCOL)
+
+    def tell(self, message: tuple) -> None:
+        self._control.append(message)
+
+    def set_start(self, start_s: float) -> None:
+        self._start.set(start_s)
 
 
 class _Inbox:
-    """worker_main's control queue: get_nowait() over the mailbox's messages for it. It runs
-    on the load generator's loop, so it never waits on the mailbox: one `take` is always
-    under way, and a poll only looks whether it has come back."""
+    """worker_main's control queue: get_nowait() over the messages `tell` left."""
 
-    def __init__(self, mailbox, worker: int) -> None:
-        import ray
-
-        self._ray, self._mailbox, self._worker = ray, mailbox, worker
-        self._pending: list[tuple] = []
-        self._asked = mailbox.take.remote(worker)
+    def __init__(self, control: collections.deque) -> None:
+        self._control = control
 
     def get_nowait(self) -> tuple:
-        if not self._pending:
-            ready, _ = self._ray.wait([self._asked], timeout=0)
-            if ready:
-                self._pending = self._ray.get(self._asked)
-                self._asked = self._mailbox.take.remote(self._worker)
-        if not self._pending:
-            raise queue.Empty
-        return self._pending.pop(0)
+        try:
+            return self._control.popleft()
+        except IndexError:
+            raise queue.Empty from None
 
 
 class _Start:
     """worker_main's go event and start time: wait() until the coordinator sets the start."""
 
-    def __init__(self, mailbox) -> None:
-        self._mailbox = mailbox
+    def __init__(self) -> None:
+        self._set = threading.Event()
         self.value = 0.0
 
-    def wait(self) -> None:
-        import ray
-
-        while (start_s := ray.get(self._mailbox.start_s.remote())) is None:
-            time.sleep(0.01)
+    def set(self, start_s: float) -> None:
         self.value = start_s
+        self._set.set()
+
+    def wait(self) -> None:
+        self._set.wait()

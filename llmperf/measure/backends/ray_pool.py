@@ -6,11 +6,12 @@ their messages, and one thing Ray does not do: one clock.
 
 - **Placement.** One actor per worker, each in its own bundle of a SPREAD placement group,
   so the workers land on as many nodes as the cluster has (`node` in every record).
-- **Messages.** One `Mailbox` actor: workers post their batched records and their
-  ready/done/saturated/failed messages to it; the coordinator collects them and posts the
+- **Messages.** The load generator's loop makes no Ray call (backends/ray_actors.py): a
+  worker keeps its batched records and its ready/done/saturated/failed messages in its own
+  outbox, and the coordinator keeps one `take` call per worker waiting on it, which returns
+  them every POLL_S while there are any, in order (a worker's records before its "done"). The
   control messages (stop sending, interrupt, another worker's saturation) and the measured
-  phase's start. Ray runs one caller's calls to an actor in order, so a worker's records
-  arrive before its "done".
+  phase's start are calls to the worker's other threads.
 - **One clock.** Before the run, the coordinator measures each worker's wall-clock offset
   with ping-pong probes (llmperf/measure/clock.py) and hands it the run's origin on the
   worker's own clock; it probes again every `REPROBE_S` and at the end for the drift.
@@ -22,7 +23,9 @@ their messages, and one thing Ray does not do: one clock.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
+import pickle
 import threading
 import time
 from collections.abc import Callable
@@ -32,7 +35,7 @@ from typing import Any
 from engines.base import Request
 from llmperf.errors import require
 from llmperf.measure.backends.plan import LoadParts, LoadPlan
-from llmperf.measure.backends.ray_actors import actor_classes
+from llmperf.measure.backends.ray_actors import actor_class
 from llmperf.measure.client_cpu import CpuMeter
 from llmperf.measure.clock import ClockTrack, estimate_offset
 from llmperf.measure.loadgen import LoadResult
@@ -48,13 +51,9 @@ from llmperf.measure.workers import (
     split_concurrency,
 )
 
-POLL_S = 0.1  # the coordinator collects messages and looks for lost workers this often
+POLL_S = 0.1  # the coordinator takes each worker's messages, and looks for lost ones, this often
+TAKE_WAIT_S = 1.0  # a worker's `take` returns once it has messages, else after this
 REPROBE_S = 5.0  # clock offsets are measured again this often during the run
-# A worker looks for the coordinator's messages this often (local workers: every 20 ms): a
-# Ray call's submission on the load generator's loop took 1.7-4.5 ms at its p99 (timed
-# here), so every call is a chance of a late send. Records still go every 50 ms, so that a
-# lost worker takes at most 50 ms of finished requests with it.
-CONTROL_POLL_RAY_S = 0.2
 LOST = "worker lost"
 
 
@@ -69,6 +68,18 @@ class LostWorker:
     def to_dict(self) -> dict[str, Any]:
         return {"worker": self.worker, "node": self.node, "at_s": self.at_s,
                 "in_flight": self.in_flight, "reason": self.reason}
+
+
+def lean_local(workers: int, cpus_per_worker: float) -> dict[str, Any]:
+    """ray.init's options for a Ray started here for one run (ray_address=local): room for
+    every worker's bundle even past this host's cores (else the placement group waits
+    forever), no idle workers started ahead (the actors start their own) and no metrics
+    export, so that Ray's own processes take as little of the load generator's cores as
+    they can."""
+    return {"num_cpus": max(os.cpu_count() or 1, math.ceil(workers * cpus_per_worker)),
+            "_system_config": {"enable_worker_prestart": False,
+                               "prestart_worker_first_driver": False,
+                               "enable_metrics_collection": False}}
 
 
 def _ray():
@@ -108,7 +119,6 @@ class RayPool:
         self.test_clock_offset_s = test_clock_offset_s
         self.clocks: list[ClockTrack] = []
         self.lost: list[LostWorker] = []
-        self._mailbox = None
         self._actors: list = []
 
     @classmethod
@@ -129,8 +139,10 @@ class RayPool:
         self._tell_all(("interrupt", None))
 
     def _tell_all(self, message: tuple, but: int | None = None) -> None:
-        if self._mailbox is not None:
-            self._mailbox.tell_all.remote(message, but)
+        for i, actor in enumerate(list(self._actors)):  # any thread
+            if i != but:
+                with contextlib.suppress(Exception):  # a lost worker hears no more
+                    actor.tell.remote(message)
 
     def run(self, plan: LoadPlan) -> LoadResult:
         """The plan's warmup and requests (a list: split before the run) over the actors."""
@@ -139,17 +151,17 @@ class RayPool:
         ray = _ray()
         started_here = not ray.is_initialized()
         if started_here:
-            address = None if self.address == "local" else self.address
-            ray.init(address=address, include_dashboard=False, log_to_driver=False,
-                     logging_level="ERROR", configure_logging=False)
+            local = self.address == "local"
+            ray.init(address=None if local else self.address, include_dashboard=False,
+                     log_to_driver=False, logging_level="ERROR", configure_logging=False,
+                     **(lean_local(self.workers, self.cpus_per_worker) if local else {}))
         try:
             return self._run(ray, warmup, requests, concurrency, duration_s)
         finally:
-            for actor in [*self._actors, self._mailbox]:
-                if actor is not None:
-                    with contextlib.suppress(Exception):
-                        ray.kill(actor)
-            self._actors, self._mailbox = [], None
+            actors, self._actors = self._actors, []
+            for actor in actors:
+                with contextlib.suppress(Exception):
+                    ray.kill(actor)
             if started_here:
                 ray.shutdown()
 
@@ -161,8 +173,7 @@ class RayPool:
         group = placement_group([{"CPU": self.cpus_per_worker}] * n, strategy="SPREAD")
         ray.get(group.ready())
         try:
-            mailbox_cls, worker_cls = actor_classes(ray)
-            self._mailbox = mailbox_cls.remote(n)
+            worker_cls = actor_class(ray)
             shifts = [self.test_clock_offset_s if i == n - 1 else 0.0 for i in range(n)]
             self._actors = [
                 worker_cls.options(
@@ -195,9 +206,8 @@ class RayPool:
         for i, (w, r) in enumerate(zip(split(warmup, n), schedule, strict=True)):
             origin_here = origin_unix_ns + round(self.clocks[i].applied_offset_s * 1e9)
             spec = WorkerSpec(i, self.engine_options, self.model, w, r, shares[i], duration_s,
-                              saturation, self.record_tokens, origin_here, self.event_loop,
-                              control_poll_s=CONTROL_POLL_RAY_S)
-            runs[self._actors[i].run.remote(spec, self._mailbox)] = i
+                              saturation, self.record_tokens, origin_here, self.event_loop)
+            runs[self._actors[i].run.remote(spec)] = i
 
         results: dict[int, LoadResult] = {}
         recorded: dict[int, set[str]] = {i: set() for i in range(n)}
@@ -205,34 +215,42 @@ class RayPool:
         ready, start_s = 0, None
         coordinator = CpuMeter("coordinator")
         prober = _Reprober(ray, self._actors, self.clocks)
+        takes: dict = {}  # one waiting `take` per running worker: its ref -> the worker
+        refused: dict[int, float] = {}  # a worker whose take failed (lost?): asked again after POLL_S
         try:
             while len(results) + len(self.lost) < n:
-                for kind, index, payload in ray.get(self._mailbox.collect.remote()):
-                    if kind == "records":
-                        for record in payload:
-                            recorded[index].add(record.id)
-                            self.on_record(replace(record, node=nodes[index]))
-                    elif kind == "ready":
-                        ready += 1
-                    elif kind == "saturated" and verdict is None:
-                        verdict = replace(payload, rate_rps=payload.rate_rps * n,
-                                          waiting=payload.waiting * n)
-                        self._tell_all(("saturated", verdict), but=index)
-                    elif kind == "done":
-                        results[index] = payload
-                    elif kind == "failed":
-                        self.interrupt()
-                        raise RuntimeError(f"load worker {index} failed:\n{payload}")
+                now = time.perf_counter()
+                asking = set(takes.values()) | set(results) | {lost.worker for lost in self.lost}
+                for i, actor in enumerate(self._actors):
+                    if i not in asking and refused.get(i, 0.0) <= now:
+                        takes[actor.take.remote(TAKE_WAIT_S, POLL_S)] = i
+                for index, messages in _answers(ray, takes, refused):
+                    for kind, _, payload in messages:
+                        if kind == "records":
+                            for record in payload:
+                                recorded[index].add(record.id)
+                                self.on_record(record)  # its node set by the worker
+                        elif kind == "ready":
+                            ready += 1
+                        elif kind == "saturated" and verdict is None:
+                            verdict = replace(payload, rate_rps=payload.rate_rps * n,
+                                              waiting=payload.waiting * n)
+                            self._tell_all(("saturated", verdict), but=index)
+                        elif kind == "done":
+                            results[index] = payload
+                        elif kind == "failed":
+                            self.interrupt()
+                            raise RuntimeError(f"load worker {index} failed:\n{payload}")
                 self._note_lost(ray, runs, results, recorded, schedule, shares, nodes,
                                 time.perf_counter() - origin_s, start_s)
                 if start_s is None and ready and ready == n - len(self.lost):
                     start_s = time.perf_counter() - origin_s + START_LEAD_S
                     self._measure_started(origin_s + start_s)
-                    self._mailbox.set_start.remote(start_s)
+                    for actor in self._actors:
+                        with contextlib.suppress(Exception):
+                            actor.set_start.remote(start_s)
                     coordinator.start()
                     prober.start()
-                if len(results) + len(self.lost) < n:
-                    time.sleep(POLL_S)
         finally:
             prober.stop()
         if not results:
@@ -289,6 +307,24 @@ def _lost_record(request: Request, worker: int, node: str | None, start_s: float
     sent_s = min(start_s + request.arrival_s, now_s)  # a closed loop's send time is not known
     return RequestRecord(id=request.id, arrival_s=sent_s, dispatch_s=sent_s, first_token_s=None,
                          end_s=now_s, finish_reason="error", error=LOST, worker=worker, node=node)
+
+
+def _answers(ray, takes: dict, refused: dict[int, float]) -> list[tuple[int, list[tuple]]]:
+    """The takes that came back within POLL_S (each worker's messages, in order); a take
+    that failed (its actor died: _note_lost tells) leaves its worker unasked for POLL_S."""
+    if not takes:
+        time.sleep(POLL_S)
+        return []
+    ray.wait(list(takes), num_returns=1, timeout=POLL_S)
+    done, _ = ray.wait(list(takes), num_returns=len(takes), timeout=0)
+    answers = []
+    for ref in done:
+        index = takes.pop(ref)
+        try:
+            answers.append((index, pickle.loads(ray.get(ref))))
+        except Exception:  # RayActorError and the like
+            refused[index] = time.perf_counter() + POLL_S
+    return answers
 
 
 def _probe(ray, actor) -> Callable[[], int]:
