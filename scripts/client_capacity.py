@@ -76,6 +76,8 @@ def start_server(port: int) -> subprocess.Popen:
     sys.exit("llmperf-serve did not answer /health within 60 s")
 
 
+ENGINE_LABELS = {"synthetic": "in-process synthetic engine, a copy per worker",
+                 "http": "synthetic engine over HTTP", "mock": "the mock SSE server"}
 CLIENTS = {"default": [], "httpx-thread": ["engine.transport=httpx", "engine.http_thread=true"]}
 
 
@@ -213,7 +215,8 @@ def main(argv: list[str] | None = None) -> None:
             for workers in args.workers:
                 print(f"{client}, workers={workers}: searching (dispatch lag p99 < "
                       f"{args.threshold_ms:g} ms)", flush=True)
-                found[workers] = by_client[(client, workers)] = capacity(args, base_url, workers)
+                by_client[(client, workers)] = capacity(args, base_url, workers)
+                found.setdefault(workers, by_client[(client, workers)])  # the first client's
         if args.vllm and base_url:
             target = by_client.get(("default", args.workers[0])) or args.start_rps
             n = max(200, int(target * args.duration_s))
@@ -231,7 +234,7 @@ def main(argv: list[str] | None = None) -> None:
         for asked, carried in vllm.items():
             print(f"  vllm bench serve asked {asked:>6s} req/s  carried {carried:8.1f} req/s")
     print(f"\nclient capacity at dispatch lag p99 < {args.threshold_ms:g} ms "
-          f"({'synthetic engine over HTTP' if server else 'in-process synthetic engine, a copy per worker'},"
+          f"({ENGINE_LABELS[args.engine]}, {args.clients[0] if server else 'default'} client,"
           f" {args.output_tokens} output tokens per request, {os.cpu_count()} cores):")
     base = found[args.workers[0]]
     for workers, rate in found.items():
