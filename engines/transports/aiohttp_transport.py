@@ -104,8 +104,7 @@ class AiohttpTransport:
                 break
             except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError):
                 if not timing.reused or attempt == STALE_RETRIES:
-                    raise
-                timing.retried = True  # the pool may hold more the server closed: again
+                    raise  # else the pool may hold more the server closed: again
         async with response:
             yield AiohttpResponse(response)
 

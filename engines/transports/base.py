@@ -12,8 +12,6 @@ since it runs once per chunk. Its errors come through as the library raises them
                  first write on a kept-alive one): the queue the client's own pool adds
     connect_s    opening a new connection took this (None: it went on a kept-alive one)
     reused       it went out on a kept-alive connection (the last attempt's)
-    retried      a kept-alive connection the server had closed failed it before any byte of
-                 the response, and it went again on another (the aiohttp transport)
     written_s    the request's last byte written
     headers_s    the response's headers received
 """
@@ -46,7 +44,6 @@ class RequestTiming:
     headers_s: float | None = None
     connect_s: float | None = None  # opening a new connection took this (None: a kept-alive one)
     reused: bool = False
-    retried: bool = False
     _connecting_s: float | None = None
 
     def connecting(self, now: float) -> None:

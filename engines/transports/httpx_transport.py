@@ -71,7 +71,6 @@ class HttpxTransport:
                 # a kept-alive connection the server had closed (as in aiohttp_transport)
                 if not timing.reused or attempt == STALE_RETRIES:
                     raise
-                timing.retried = True
         try:
             yield HttpxResponse(response)
         finally:
