@@ -45,7 +45,7 @@ from engines.launch.server import LaunchError, ManagedServer  # noqa: E402
 from llmperf.hardware.probe import machine_description  # noqa: E402
 
 PAGE = vv.ROOT / "docs/llama-cpp.md"
-BEGIN, END = "<!-- validation: begin -->", "<!-- validation: end -->"
+MARKER = "validation"  # the page's part between <!-- MARKER: begin --> and <!-- MARKER: end -->
 AGREEMENT = 0.05
 CTX_PER_SLOT = 512  # llama.cpp splits --ctx-size over the slots; 128 + 64 tokens fit
 COUNTERS = ("llamacpp:prompt_tokens_total", "llamacpp:prompt_tokens_cached_total",
@@ -95,6 +95,9 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--lock", default=None, help="flock this file around each heavy step")
     p.add_argument("--work-dir", default=None)
     p.add_argument("--out", default=str(PAGE), help="the page whose validation part is rewritten")
+    p.add_argument("--marker", default=MARKER,
+                   help=f"which part of the page: the one between <!-- MARKER: begin --> and"
+                        f" <!-- MARKER: end --> (default {MARKER!r}; one per load point)")
     p.add_argument("--note", action="append", default=[], help="a line for the page (the machine's state, say)")
     p.add_argument("--render-only", action="store_true", help="rewrite the page from --work-dir's runs")
     return p.parse_args()
@@ -244,12 +247,13 @@ def render_page(args, work: Path) -> int:
         return 2
     section = render(args, work, runs)
     page = Path(args.out)
-    text = page.read_text(encoding="utf-8") if page.is_file() else f"# llama.cpp\n\n{BEGIN}\n{END}\n"
-    if BEGIN not in text or END not in text:
-        print(f"validate_llama_cpp: error: {page} has no {BEGIN} ... {END} markers")
+    begin, end = f"<!-- {args.marker}: begin -->", f"<!-- {args.marker}: end -->"
+    text = page.read_text(encoding="utf-8") if page.is_file() else f"# llama.cpp\n\n{begin}\n{end}\n"
+    if begin not in text or end not in text:
+        print(f"validate_llama_cpp: error: {page} has no {begin} ... {end} markers")
         return 2
-    head, rest = text.split(BEGIN, 1)
-    page.write_text(head + BEGIN + "\n" + section + "\n" + END + rest.split(END, 1)[1], encoding="utf-8")
+    head, rest = text.split(begin, 1)
+    page.write_text(head + begin + "\n" + section + "\n" + end + rest.split(end, 1)[1], encoding="utf-8")
     print(f"wrote {page} from {len(runs)} runs in {work}")
     return 0
 

