@@ -141,8 +141,14 @@ def _client_figures() -> list[Metric]:
         _m("client_cpu_per_request_s", "client CPU per request", "s", LOWER, "`client_cpu_s` /"
            " measured requests: what one request costs the client", CLIENT, c),
         _m("client_cpu_share", "client event-loop CPU share", "fraction", LOWER, "the busiest"
-           " load generator's event-loop thread: its CPU time / the measured window. asyncio runs"
-           " on that one thread, so near 1 the client's own work is the limit", CLIENT, c),
+           " load generator's event-loop thread: its CPU time less its idle spin"
+           " (`client_spin_share`) / the measured window. asyncio runs on that one thread, so"
+           " near 1 the client's own work is the limit", CLIENT, c),
+        _m("client_spin_share", "client event-loop idle spin", "fraction", NEITHER, "of that"
+           " loop's CPU time, the turns it spun before a send with nothing else to run (each"
+           " under 10 µs) / the measured window: CPU any work would have taken over; most of the"
+           " loop's when requests come under 1 ms apart (it spins the last 1 ms before each)",
+           CLIENT, c),
         _m("client_process_cpu_share", "client CPU, cores", "fraction", LOWER, "`client_cpu_s` /"
            " the measured window: the cores the client used in all (over 1 with workers)",
            CLIENT, c),

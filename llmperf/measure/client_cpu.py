@@ -7,6 +7,9 @@ ends. It takes three clocks of the process it runs in (Linux):
                   sampler, the /metrics scraper, the progress display)
     loop CPU      time.thread_time() on the loop's thread: asyncio runs there alone, so its
                   share of the window is the share of the one core the client can use
+    idle spin     of the loop CPU, what the loop spent spinning before a send with nothing
+                  else to run (loadgen.py, `_sleep_until`): it would give that to any work,
+                  so the loop's busy share, the one weighed against a core, leaves it out
     run-queue wait  /proc/thread-self/schedstat's second field: the loop's thread was
                   runnable but another thread or process held the core
 
@@ -49,10 +52,16 @@ class ProcessCpu:
     process_cpu_s: float
     loop_cpu_s: float
     loop_wait_s: float | None  # None where schedstat cannot be read
+    loop_spin_s: float = 0.0  # of loop_cpu_s, the idle spin (0 in records written before it)
 
     @property
     def loop_share(self) -> float:
-        return self.loop_cpu_s / self.window_s if self.window_s > 0 else 0.0
+        """The loop's busy share of the window: its CPU less its idle spin."""
+        return (self.loop_cpu_s - self.loop_spin_s) / self.window_s if self.window_s > 0 else 0.0
+
+    @property
+    def spin_share(self) -> float:
+        return self.loop_spin_s / self.window_s if self.window_s > 0 else 0.0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -76,12 +85,14 @@ class CpuMeter:
     def start(self) -> None:
         self._start = self._read()
 
-    def stop(self) -> ProcessCpu | None:
+    def stop(self, spin_s: float = 0.0) -> ProcessCpu | None:
+        """The window's figures; `spin_s`, the loop's idle spin over it (a wall-clock sum),
+        is held to the loop's CPU: a turn preempted yet short enough to count was no CPU."""
         if self._start is None:
             return None
         (t0, p0, l0, w0), (t1, p1, l1, w1) = self._start, self._read()
         wait = None if w0 is None or w1 is None else w1 - w0
-        return ProcessCpu(self.role, t1 - t0, p1 - p0, l1 - l0, wait)
+        return ProcessCpu(self.role, t1 - t0, p1 - p0, l1 - l0, wait, min(spin_s, l1 - l0))
 
 
 def client_delay_s(record: RequestRecord) -> float:
@@ -102,9 +113,10 @@ def max_in_flight(records: list[RequestRecord]) -> int:
 
 def client_summary(processes: list[ProcessCpu], records: list[RequestRecord],
                    loop_lag_s: list[float], max_delay_s: float) -> dict[str, Any]:
-    """The client's figures: its CPU (all its processes), the busiest loop's share of a core,
-    its run-queue wait, each request's client delay with the share past `max_delay_s`, and
-    the share of event-loop lag probes past it too (a late loop stamps receipts late)."""
+    """The client's figures: its CPU (all its processes), the busiest loop's busy share of a
+    core and its idle spin's share, its run-queue wait, each request's client delay with the
+    share past `max_delay_s`, and the share of event-loop lag probes past it too (a late loop
+    stamps receipts late)."""
     measured = [r for r in records if not r.warmup]
     late_probes = sum(lag > max_delay_s for lag in loop_lag_s)
     delays = [client_delay_s(r) for r in measured]
@@ -117,6 +129,7 @@ def client_summary(processes: list[ProcessCpu], records: list[RequestRecord],
         "client_cpu_s": cpu_s if processes else None,
         "client_cpu_per_request_s": cpu_s / len(measured) if processes and measured else None,
         "client_cpu_share": busiest.loop_share if busiest else None,
+        "client_spin_share": busiest.spin_share if busiest else None,
         "client_process_cpu_share": (
             cpu_s / max(p.window_s for p in processes) if processes and busiest.window_s > 0 else None
         ),

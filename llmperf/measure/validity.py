@@ -99,11 +99,13 @@ def client_kept_up(summary: dict[str, Any], criteria: ValidityConfig) -> Check:
     the cause is named, checked in this order:
       connection pool  most late requests waited for a connection while as many requests as
                        `engine.max_connections` were in flight: a configuration error
-      client CPU       the event loop was on a core for `max_client_cpu_share` of the window
+      client CPU       the event loop was busy on a core for `max_client_cpu_share` of the
+                       window (`client_cpu_share`: its CPU less its idle spin before each
+                       send, `client_spin_share`, which any work would have taken over)
       host contention  neither: the client waited to run while another process held the
                        cores. A warning, unless the delay moved the figures (mean client delay
                        over `max_delay_share_of_ttft` of the mean TTFT)
-    A client that kept up but whose loop came near a whole core gets a warning."""
+    A client that kept up but whose loop was busy near a whole core gets a warning."""
     late = summary.get("client_late_fraction")
     if late is None:
         return Check("client_kept_up", True, "nothing dispatched")
@@ -115,11 +117,12 @@ def client_kept_up(summary: dict[str, Any], criteria: ValidityConfig) -> Check:
     else:
         loop_late_counted = loop_late
     share, wait = summary.get("client_cpu_share"), summary.get("client_runqueue_wait_share")
+    spin = summary.get("client_spin_share")
     figures = (
         f"{late:.1%} of requests sent over {bound_ms:g} ms late (client delay median "
         f"{(delay.get('median') or 0.0) * 1e3:.2f} ms, max {(delay.get('max') or 0.0) * 1e3:.1f} ms), "
-        f"{loop_late:.1%} of event-loop wake-ups; event loop on a core {_pct(share)} of the window, "
-        f"waiting for one {_pct(wait)}"
+        f"{loop_late:.1%} of event-loop wake-ups; event loop busy on a core {_pct(share)} of the "
+        f"window (its idle spin before sends, {_pct(spin)}, left out), waiting for one {_pct(wait)}"
     )
     if max(late, loop_late_counted) <= criteria.max_late_fraction:
         if share is not None and share >= criteria.max_client_cpu_share:

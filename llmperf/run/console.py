@@ -88,7 +88,7 @@ def client_line(summary: dict[str, Any]) -> str | None:
     if per_request is None or share is None:
         return None
     late = summary.get("client_late_fraction")
-    return (f"client      {per_request * 1e3:.2f} ms CPU per request   event loop on a core "
+    return (f"client      {per_request * 1e3:.2f} ms CPU per request   event loop busy on a core "
             f"{share:.0%} of the window   {_num(summary.get('client_process_cpu_share'), '.2f')} "
             f"cores in all" + (f"   {late:.1%} of requests sent late" if late else ""))
 
