@@ -2,6 +2,8 @@
 """llmperf against vLLM's client (`vllm bench serve --backend openai`) on one llama.cpp
 server: regenerates the validation part of docs/llama-cpp.md.
 
+    python scripts/validate_llama_cpp.py --checkpoint /tmp/ckpt107 --pairs 6 \
+        --threads 1 --parallel 4 --server-cpus 1     # the page's run: server and tools apart
     python scripts/validate_llama_cpp.py --checkpoint /tmp/ckpt107 --tune --pairs 8
 
 1. The checkpoint as one GGUF (`llmperf-export format=gguf`, f32 by default).
@@ -85,6 +87,10 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--vllm", default=str(vv.VLLM_DEFAULT), help="the vllm executable (its own venv)")
     p.add_argument("--threads", type=int, default=2, help="llama-server -t (without --tune)")
     p.add_argument("--parallel", type=int, default=4, help="llama-server -np (without --tune)")
+    p.add_argument("--server-cpus", type=_cpus, default=None, metavar="LIST",
+                   help="pin every thread of llama-server to these CPUs (e.g. 1) and the tools to"
+                        " the others: a client then never waits for a server thread's core, nor"
+                        " the server's threads for the client's (default: all CPUs for both)")
     p.add_argument("--tune", action="store_true", help="pick threads and slots by a short run of each")
     p.add_argument("--tune-grid", default="2x4,2x2,1x4,2x1", help="THREADSxSLOTS pairs --tune tries")
     p.add_argument("--tune-requests", type=int, default=16)
@@ -101,6 +107,24 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--note", action="append", default=[], help="a line for the page (the machine's state, say)")
     p.add_argument("--render-only", action="store_true", help="rewrite the page from --work-dir's runs")
     return p.parse_args()
+
+
+def _cpus(text: str) -> set[int]:
+    try:
+        cpus = {int(part) for part in text.split(",") if part.strip()}
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a comma-separated list of CPUs: {text!r}") from None
+    allowed = os.sched_getaffinity(0)
+    if not cpus or not cpus < allowed:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: give some, not all, of this process's CPUs {sorted(allowed)}")
+    return cpus
+
+
+def pin(pid: int, cpus: set[int]) -> None:
+    """Every thread of process `pid` onto `cpus` (a thread started later inherits its creator's)."""
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        os.sched_setaffinity(int(task.name), cpus)
 
 
 def export(args, work: Path) -> Path:
@@ -190,8 +214,14 @@ def tune(args, gguf: Path, work: Path) -> None:
 
 def measure(args, gguf: Path, work: Path) -> None:
     with server(args, gguf, args.threads, args.parallel, work / "llama-server.log") as s:
+        pinned = None
+        if args.server_cpus:
+            pin(s.pid, args.server_cpus)
+            pinned = {"server": sorted(args.server_cpus),
+                      "tools": sorted(os.sched_getaffinity(0) - args.server_cpus)}
+            os.sched_setaffinity(0, set(pinned["tools"]))  # the tools this script starts inherit it
         (work / "server.json").write_text(json.dumps(
-            {"command": s.command, "version": s.version, "startup_s": s.startup_s}))
+            {"command": s.command, "version": s.version, "startup_s": s.startup_s, "cpus": pinned}))
         for pair in range(args.pairs):
             for tool in ("llmperf", "vllm"):
                 tag = f"closed-{pair}-{tool}"
@@ -281,7 +311,9 @@ def render(args, work: Path, runs) -> str:
         "tool's own runs. Gap: (llmperf mean - vLLM mean) / vLLM mean, with the half-width of its 95% "
         "interval (a paired t interval over the rounds, which ran the tools back to back); beside it "
         "the median over the rounds of (llmperf - vLLM) / vLLM, which one disturbed round does not move. "
-        "Within 5% judges the gap.", "",
+        "Within 5% judges the gap." + (
+            f" The server's threads ran on CPU {', '.join(map(str, server['cpus']['server']))} and the"
+            f" tools on CPU {', '.join(map(str, server['cpus']['tools']))}." if server.get("cpus") else ""), "",
     ]
     lines += [
         "vLLM's runs: its timings, with the output token count of the server's usage"
