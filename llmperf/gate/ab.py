@@ -1,6 +1,7 @@
 """`llmperf-gate ab`: run one benchmark on two commits, interleaved, and judge the paired change.
 
-    llmperf-gate ab --base main [--head REF] [--pairs 8] [--tolerance 5%] -- [llmperf overrides]
+    llmperf-gate ab --base main [--head REF] [--pairs 8] [--tolerance 5%] [--lockstep]
+                    -- [llmperf overrides]
 
 The base (and the head, when --head names a ref) is checked out in a temporary git worktree;
 without --head the head is the working tree as it is, uncommitted changes included. Exit 0
@@ -17,6 +18,7 @@ from datetime import datetime
 from pathlib import Path
 from statistics import median
 
+from llmperf.gate import lockstep
 from llmperf.gate.ab_figures import (
     DEFAULT_FIGURES,
     Figure,
@@ -39,12 +41,14 @@ from llmperf.gate.sides import (
     Pair,
     Side,
     fresh_folder,
+    pin_cpus,
     run_pairs,
     terminated_as_exit,
 )
 
 DEFAULT_PAIRS = 12  # docs/gate.md, "Calibration": what 10% needs on a noisy 2-core machine
 DEFAULT_TOLERANCE = 0.03  # timed figures (docs/gate.md, "Calibration"); counters: 0 (exact)
+DEFAULT_MODE = lockstep.SEQUENTIAL  # docs/gate.md, "Lockstep"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -72,6 +76,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads", type=int, default=DEFAULT_THREADS, metavar="N",
                    help=f"torch threads of each run, pinned to as many of the last CPUs (default"
                         f" {DEFAULT_THREADS}; 0: torch's default, unpinned)")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--lockstep", dest="mode", action="store_const", const=lockstep.LOCKSTEP,
+                      help="run each pair's two runs at once on one CPU, their engine steps"
+                           " taking turns (reference engine only; wall-clock figures left out)")
+    mode.add_argument("--sequential", dest="mode", action="store_const",
+                      const=lockstep.SEQUENTIAL,
+                      help="run each pair's two runs one after the other (the default)")
+    p.set_defaults(mode=DEFAULT_MODE)
     p.add_argument("--markdown", type=Path, metavar="FILE", help="also write the verdict as markdown")
     p.add_argument("--allow-invalid", action="store_true",
                    help="judge runs that failed their validity checks instead of failing")
@@ -96,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
         raise GateError(f"--threads {args.threads} must be >= 0 (0: torch's default)")
     if args.pairs < MIN_PAIRS:
         raise GateError(f"--pairs {args.pairs}: the paired interval needs at least {MIN_PAIRS}")
-    figures = [figure_named(n) for n in args.figure] or [figure_named(n) for n in DEFAULT_FIGURES]
+    figures = chosen_figures(args.figure, args.mode)
     root = repo_root(Path.cwd())
     base_ref = args.base or base_from_baseline(root, args.baseline, args.fallback_base)
     base_commit = resolve_commit(root, base_ref)
@@ -111,21 +123,51 @@ def run(args: argparse.Namespace) -> int:
         head = head_side(root, head_tree, args.head, head_commit)
         print(f"A/B: {base.label} against {head.label}, {args.pairs} pairs, into {out}",
               flush=True)
-        pairs = run_pairs(base, head, overrides, args.pairs, out,
-                          on_run=lambda i, side: print(f"  pair {i + 1}/{args.pairs}: {side.role}",
-                                                       flush=True),
-                          threads=args.threads)
+        turns: list[dict] = []
+        if args.mode == lockstep.LOCKSTEP:
+            pairs, turns = lockstep.run_pairs(
+                base, head, overrides, args.pairs, out, threads=args.threads,
+                on_run=lambda i, side: print(f"  pair {i + 1}/{args.pairs}: base and head in"
+                                             f" lockstep, {side.role} first", flush=True))
+        else:
+            pairs = run_pairs(base, head, overrides, args.pairs, out,
+                              on_run=lambda i, side: print(f"  pair {i + 1}/{args.pairs}:"
+                                                           f" {side.role}", flush=True),
+                              threads=args.threads)
     results, text = judge_pairs(pairs, figures, args.tolerance, args.counter_tolerance,
-                                base.label, head.label)
+                                base.label, head.label, mode_line(args.mode, args.threads, turns))
     invalid = [note for pair in pairs for job in pair for note in validity_notes(job)]
+    invalid += lockstep.notes(turns)
     text += "".join(f"\n{'warning' if args.allow_invalid else 'FAIL'}: {n}" for n in invalid)
     print(text)
-    write_outputs(out, args.markdown, results, text, base, head)
+    write_outputs(out, args.markdown, results, text, base, head, args.mode, turns)
     figures = {f"ab.{r.figure.name}": median(r.head) for r in results}
     figures |= {f"ab.{r.figure.name}.change": r.point for r in results if r.figure.timed}
     write_figures(out / "figures.json", machine_facts(pairs[0][1]), figures)
     failed = any(r.is_regression for r in results) or (invalid and not args.allow_invalid)
     return 1 if failed else 0
+
+
+def chosen_figures(names: Sequence[str], mode: str) -> list[Figure]:
+    """The figures asked for, or all; in lockstep the wall-clock ones are refused or left out."""
+    if mode == lockstep.LOCKSTEP:
+        asked = [n for n in names if n in lockstep.WALL_CLOCK]
+        if asked:
+            raise GateError(f"{asked[0]} is read off the run's wall clock, which in lockstep holds"
+                            f" the other side's steps too; judge it with --sequential")
+        names = names or [n for n in DEFAULT_FIGURES if n not in lockstep.WALL_CLOCK]
+    return [figure_named(n) for n in names or DEFAULT_FIGURES]
+
+
+def mode_line(mode: str, threads: int, turns: Sequence[dict]) -> str:
+    if mode != lockstep.LOCKSTEP:
+        return "mode: sequential (each pair's runs one after the other, the order alternating)"
+    steps = [r.get("turns", 0) for pair in turns for r in pair.values()]
+    cpus = pin_cpus(threads)
+    where = f"on CPU {','.join(map(str, sorted(cpus)))}" if cpus else "unpinned"
+    return (f"mode: lockstep (each pair's runs at once {where}, their steps taking turns:"
+            f" {min(steps, default=0)}-{max(steps, default=0)} turns a run;"
+            f" {', '.join(lockstep.WALL_CLOCK)} left out)")
 
 
 def base_from_baseline(root: Path, path: Path, fallback: str) -> str:
@@ -152,8 +194,8 @@ def head_side(root: Path, tree: Path, ref: str | None, commit: str | None) -> Si
 
 
 def judge_pairs(pairs: Sequence[Pair], figures: list[Figure], tolerance: float,
-                counter_tolerance: float, base_label: str, head_label: str
-                ) -> tuple[list[ABResult], str]:
+                counter_tolerance: float, base_label: str, head_label: str,
+                mode: str | None = None) -> tuple[list[ABResult], str]:
     """Verdicts for every figure and the console text: table, provenance, headline."""
     figures, notes = readable([job for pair in pairs for job in pair], figures)
     if not figures:
@@ -169,6 +211,8 @@ def judge_pairs(pairs: Sequence[Pair], figures: list[Figure], tolerance: float,
     lines.append(f"head: {head_label}: {describe(machine_facts(pairs[0][1]))}")
     lines.append(f"times: Hodges-Lehmann change of the {len(pairs)} pairs' log-ratios,"
                  f" {CONFIDENCE:.0%} Wilcoxon signed-rank interval; counters: range over runs")
+    if mode:
+        lines.append(mode)
     lines.append(headline(results))
     return results, "\n".join(lines)
 
@@ -201,10 +245,12 @@ def _median_text(values: Sequence[float]) -> str:
 
 
 def write_outputs(out: Path, markdown: Path | None, results: Sequence[ABResult], text: str,
-                  base: Side, head: Side) -> None:
+                  base: Side, head: Side, mode: str = lockstep.SEQUENTIAL,
+                  turns: Sequence[dict] = ()) -> None:
     out.mkdir(parents=True, exist_ok=True)
     record = {"base": {"label": base.label, "commit": base.commit},
               "head": {"label": head.label, "commit": head.commit},
+              "mode": mode, **({"turns": list(turns)} if turns else {}),
               "results": [r.to_dict() for r in results]}
     (out / "ab.json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
     if markdown is not None:

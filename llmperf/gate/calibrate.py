@@ -9,6 +9,10 @@ step spins F x its own time more). A condition's pair in a round is (A, that run
 is `ab`'s verdict on `--pairs` rounds drawn without replacement; `--trials` gate runs per
 condition give the false-alarm rate (A/A) and the detection rates. Gate runs drawn from the
 same rounds share pairs, so they are not independent: more rounds, less overlap.
+
+With --lockstep each condition's pair is its own: a run of the base beside that condition's run,
+both at once on one CPU, their steps taking turns (llmperf.gate.lockstep), in folders
+roundR-SLUG-a (the base) and roundR-SLUG; the condition holding the first turn alternates.
 """
 
 from __future__ import annotations
@@ -21,7 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
-from llmperf.gate.ab import DEFAULT_PAIRS, DEFAULT_TOLERANCE, percent
+from llmperf.gate import lockstep
+from llmperf.gate.ab import DEFAULT_MODE, DEFAULT_PAIRS, DEFAULT_TOLERANCE, percent
 from llmperf.gate.ab_figures import FIGURES, figure_named, read_figures, readable
 from llmperf.gate.ab_verdict import change_text, judge_figure
 from llmperf.gate.checkout import repo_root, resolve_commit
@@ -56,6 +61,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed of the draws of pairs")
     p.add_argument("--threads", type=int, default=DEFAULT_THREADS, metavar="N",
                    help=f"torch threads of each run, as `ab --threads` (default {DEFAULT_THREADS})")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--lockstep", dest="mode", action="store_const", const=lockstep.LOCKSTEP,
+                      help="each condition's pair in lockstep, as `ab --lockstep`")
+    mode.add_argument("--sequential", dest="mode", action="store_const",
+                      const=lockstep.SEQUENTIAL, help="runs one after the other (the default)")
+    p.set_defaults(mode=DEFAULT_MODE)
     p.add_argument("--out", type=Path, metavar="DIR",
                    help="where the runs and calibrate.json go (default reports/calibrate/<timestamp>)")
     p.add_argument("--from", dest="from_dirs", type=Path, action="append", metavar="DIR",
@@ -77,6 +88,9 @@ def run(args: argparse.Namespace) -> int:
     if not figure.timed:
         raise GateError(f"{args.figure} is a counter; calibrate a timed figure:"
                         f" {', '.join(n for n, f in FIGURES.items() if f.timed)}")
+    if args.mode == lockstep.LOCKSTEP and figure.name in lockstep.WALL_CLOCK:
+        raise GateError(f"{figure.name} is read off the run's wall clock, which in lockstep"
+                        f" holds the other side's steps too; calibrate it with --sequential")
     if args.threads < 0:
         raise GateError(f"--threads {args.threads} must be >= 0 (0: torch's default)")
     if not MIN_PAIRS <= args.pairs <= (10**6 if args.from_dirs else args.rounds):
@@ -86,11 +100,11 @@ def run(args: argparse.Namespace) -> int:
         f"+{s * 100:g}%": (f"engine.inject_slowdown={s}",) for s in args.slowdowns}
     if args.from_dirs:
         out = args.from_dirs[0]
-        values = {name: [] for name in conditions}
+        values: dict[str, list[dict[str, float]]] = {}
         for folder in args.from_dirs:
             for name, runs in measured(folder, list(conditions)).items():
-                values[name] += runs
-        args.rounds = len(values["A"])
+                values[name] = values.get(name, []) + runs
+        args.rounds = len(values["A/A"])
         if args.rounds < args.pairs:
             raise GateError(f"{out} holds {args.rounds} complete rounds, fewer than --pairs"
                             f" {args.pairs}")
@@ -100,28 +114,46 @@ def run(args: argparse.Namespace) -> int:
         stamp = datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
         out = fresh_folder(args.out or Path("reports/calibrate") / stamp)
         values = measure(side, args.overrides or list(DEFAULT_BENCHMARK), conditions,
-                         args.rounds, out, args.threads)
+                         args.rounds, out, args.threads, args.mode)
     report = judge_conditions(values, figure.name, args)
-    report["machine"] = describe(machine_facts(load_job(out / "round0-a")))
+    report["mode"] = lockstep.LOCKSTEP if "A|A/A" in values else lockstep.SEQUENTIAL
+    first = out / ("round0-aa-a" if "A|A/A" in values else "round0-a")
+    report["machine"] = describe(machine_facts(load_job(first)))
     print_report(report, args)
     (out / "calibrate.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
     return 0
 
 
 def measure(side: Side, overrides: list[str], conditions: dict[str, tuple[str, ...]],
-            rounds: int, out: Path, threads: int = DEFAULT_THREADS
-            ) -> dict[str, list[dict[str, float]]]:
-    """Every timed figure of every run, per condition, one entry per round."""
-    names = list(conditions)
+            rounds: int, out: Path, threads: int = DEFAULT_THREADS,
+            mode: str = lockstep.SEQUENTIAL) -> dict[str, list[dict[str, float]]]:
+    """Every timed figure of every run, per condition, one entry per round; in lockstep each
+    condition's own base runs under "A|<condition>"."""
+    names = list(conditions) if mode == lockstep.SEQUENTIAL else list(conditions)[1:]
     figures = [f for f in FIGURES.values() if f.timed]
-    values: dict[str, list[dict[str, float]]] = {name: [] for name in names}
+    values: dict[str, list[dict[str, float]]] = {}
+
+    def add(name: str, job) -> None:
+        values.setdefault(name, []).append(read_figures(job, readable([job], figures)[0]))
+
     for r in range(rounds):
         order = names[r % len(names):] + names[:r % len(names)]
         print(f"round {r + 1}/{rounds}: {' '.join(order)}", flush=True)
-        for name in order:
+        for k, name in enumerate(order):
             folder = out / f"round{r}-{_slug(name)}"
-            job = run_once(side, [*overrides, *conditions[name]], folder, threads)
-            values[name].append(read_figures(job, readable([job], figures)[0]))
+            extra = [*overrides, *conditions[name]]
+            if mode == lockstep.SEQUENTIAL:
+                add(name, run_once(side, extra, folder, threads))
+                continue
+            base_first = (r * len(names) + k) % 2 == 0
+            runs = ((overrides, folder.with_name(f"{folder.name}-a")), (extra, folder))
+            if not base_first:
+                runs = runs[::-1]
+            jobs, _ = lockstep.run_pair(side, side, (runs[0][0], runs[1][0]),
+                                        (runs[0][1], runs[1][1]), threads)
+            base, head = jobs if base_first else jobs[::-1]
+            add(f"A|{name}", base)
+            add(name, head)
     return values
 
 
@@ -130,11 +162,16 @@ def measured(out: Path, names: list[str]) -> dict[str, list[dict[str, float]]]:
     if not out.is_dir():
         raise GateError(f"calibration folder not found: {out}")
     figures = [f for f in FIGURES.values() if f.timed]
-    values: dict[str, list[dict[str, float]]] = {name: [] for name in names}
+    if (out / "round0-aa-a").is_dir():  # lockstep: each condition beside its own base run
+        folders = {n: f"{_slug(n)}" for n in names[1:]} | {
+            f"A|{n}": f"{_slug(n)}-a" for n in names[1:]}
+    else:
+        folders = {n: _slug(n) for n in names}
+    values: dict[str, list[dict[str, float]]] = {name: [] for name in folders}
     r = 0
-    while all((out / f"round{r}-{_slug(n)}" / "summary.json").is_file() for n in names):
-        for name in names:
-            job = load_job(out / f"round{r}-{_slug(name)}")
+    while all((out / f"round{r}-{f}" / "summary.json").is_file() for f in folders.values()):
+        for name, f in folders.items():
+            job = load_job(out / f"round{r}-{f}")
             values[name].append(read_figures(job, readable([job], figures)[0]))
         r += 1
     if r == 0:
@@ -147,21 +184,25 @@ def judge_conditions(values: dict[str, list[dict[str, float]]], figure_name: str
     figure = figure_named(figure_name)
     if any(figure_name not in v for runs in values.values() for v in runs):
         raise GateError(f"some runs do not report {figure_name}")
-    base = [v[figure_name] for v in values["A"]]
+
+    def base(name: str) -> list[float]:  # the runs `name`'s runs pair with
+        return [v[figure_name] for v in values.get(f"A|{name}") or values["A"]]
+
     rng = np.random.default_rng(args.seed)
     draws = [sorted(rng.choice(args.rounds, size=args.pairs, replace=False).tolist())
              for _ in range(args.trials)]
     rows = {}
     for name, runs in values.items():
-        if name == "A":
+        if name == "A" or name.startswith("A|"):
             continue
-        head = [v[figure_name] for v in runs]
-        caught = sum(judge_figure(figure, [base[i] for i in d], [head[i] for i in d],
+        head, before = [v[figure_name] for v in runs], base(name)
+        caught = sum(judge_figure(figure, [before[i] for i in d], [head[i] for i in d],
                                   args.tolerance).verdict == REGRESSION for d in draws)
-        whole = judge_figure(figure, base, head, args.tolerance)
+        whole = judge_figure(figure, before, head, args.tolerance)
         rows[name] = {"flagged": caught, "trials": args.trials, "change": whole.point,
                       "low": whole.low, "high": whole.high}
-    log_ratios = [math.log(h / b) for b, h in zip(base, [v[figure_name] for v in values["A/A"]],
+    log_ratios = [math.log(h / b) for b, h in zip(base("A/A"),
+                                                   [v[figure_name] for v in values["A/A"]],
                                                    strict=True)]
     spread = float(np.std(log_ratios, ddof=1))
     detected = [s for s in args.slowdowns if rows[f"+{s * 100:g}%"]["flagged"] >= POWER * args.trials]
@@ -190,7 +231,7 @@ def print_report(report: dict, args: argparse.Namespace) -> None:
     print("smallest injected slowdown detected at 95% power: "
           + (f"{smallest * 100:g}%" if smallest is not None else "none of those tried")
           + f" (normal model from the A/A spread: {report['smallest_detected_model'] * 100:.1f}%)")
-    print(f"machine: {report['machine']}")
+    print(f"mode: {report['mode']}; machine: {report['machine']}")
 
 
 def _slug(name: str) -> str:

@@ -43,7 +43,7 @@ RUN_TIMEOUT_S = 600
 DEFAULT_THREADS = 1
 
 
-def _pin_cpus(threads: int) -> set[int] | None:
+def pin_cpus(threads: int) -> set[int] | None:
     """The last `threads` CPUs this process may use (the gate's own process and the OS keep
     the first), or None where there are no spare CPUs."""
     if not threads or not hasattr(os, "sched_getaffinity"):
@@ -60,11 +60,11 @@ class Side:
     label: str  # for tables: "base 2eca816" / "head (working tree at 2eca816)"
 
 
-def run_once(side: Side, overrides: Sequence[str], folder: Path,
-             threads: int = DEFAULT_THREADS) -> Job:
-    """One llmperf run of `side` into `folder`: torch on `threads` threads pinned to as many
-    of the machine's last CPUs (0: torch's default, unpinned), PYTHONHASHSEED fixed;
-    GateError with the run's last error line."""
+def run_command(side: Side, overrides: Sequence[str], folder: Path,
+                threads: int = DEFAULT_THREADS) -> tuple[list[str], dict[str, str]]:
+    """The command line and environment of one llmperf run of `side` into `folder`: the side's
+    tree first on PYTHONPATH, torch on `threads` threads (0: torch's default), PYTHONHASHSEED
+    fixed. The command runs with the side's tree as its working directory."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, (str(side.root), env.get("PYTHONPATH"))))
     if threads:
@@ -72,14 +72,30 @@ def run_once(side: Side, overrides: Sequence[str], folder: Path,
     env["PYTHONHASHSEED"] = "0"  # the same dict and set orders in every run
     command = [sys.executable, "-m", "llmperf", *overrides, "report.enabled=false",
                f"hydra.run.dir={folder}"]
-    # Pinned once started (not in a preexec_fn: a SIGTERM that lands between fork and exec
-    # would be lost there, and the run would go on).
+    return command, env
+
+
+def pin(pid: int, cpus: set[int] | None) -> None:
+    """Pin a started run (not in a preexec_fn: a SIGTERM that lands between fork and exec
+    would be lost there, and the run would go on)."""
+    if cpus is not None:
+        with contextlib.suppress(OSError):  # it may have ended already
+            os.sched_setaffinity(pid, cpus)
+
+
+def failed_run(side: Side, returncode: int, stdout: str, stderr: str) -> GateError:
+    lines = (stderr.strip() or stdout.strip() or "no output").splitlines()
+    return GateError(f"the {side.label} run failed (exit {returncode}): {lines[-1]}")
+
+
+def run_once(side: Side, overrides: Sequence[str], folder: Path,
+             threads: int = DEFAULT_THREADS) -> Job:
+    """One llmperf run of `side` into `folder` (run_command), pinned to `threads` of the
+    machine's last CPUs; GateError with the run's last error line."""
+    command, env = run_command(side, overrides, folder, threads)
     with subprocess.Popen(command, cwd=side.root, env=env, stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, text=True) as proc:
-        cpus = _pin_cpus(threads)
-        if cpus is not None:
-            with contextlib.suppress(OSError):  # it may have ended already
-                os.sched_setaffinity(proc.pid, cpus)
+        pin(proc.pid, pin_cpus(threads))
         try:
             stdout, stderr = proc.communicate(timeout=RUN_TIMEOUT_S)
         except subprocess.TimeoutExpired:
@@ -90,8 +106,7 @@ def run_once(side: Side, overrides: Sequence[str], folder: Path,
             proc.kill()
             raise
     if proc.returncode != 0:
-        lines = (stderr.strip() or stdout.strip() or "no output").splitlines()
-        raise GateError(f"the {side.label} run failed (exit {proc.returncode}): {lines[-1]}")
+        raise failed_run(side, proc.returncode, stdout, stderr)
     return load_job(folder)
 
 
