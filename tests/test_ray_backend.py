@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import pickle
 import random
 import threading
 import time
@@ -54,6 +55,30 @@ def test_the_fastest_probe_bounds_a_known_offset_and_drift_shows_later():
     assert track.error_s == pytest.approx(track.uncertainty_s + abs(track.drift_s))
     off = ClockTrack(0, "node", [first, later], applied_offset_s=0.0)
     assert off.error_s > 0.25  # uncorrected, the whole offset counts
+
+
+def test_take_returns_the_messages_pickled_in_the_order_they_were_put():
+    from llmperf.measure.backends.ray_actors import LoadWorker
+
+    worker = LoadWorker()
+    worker._node = "node-a"
+    records = [RequestRecord(id=f"r{k}", arrival_s=k / 10, dispatch_s=k / 10 + 1e-5,
+                             first_token_s=None, end_s=k / 10 + 0.002, worker=1)
+               for k in range(5)]
+    sent = [("ready", 1, None), ("records", 1, records[:3]), ("records", 1, records[3:]),
+            ("done", 1, "result")]
+    for message in sent:
+        worker.put(message)
+    got = pickle.loads(worker.take(wait_s=0.0, every_s=0.0))
+    assert len(got) == 4
+    assert [(kind, index) for kind, index, _ in got] == [(k, i) for k, i, _ in sent]
+    assert [r.id for _, _, batch in got[1:3] for r in batch] == ["r0", "r1", "r2", "r3", "r4"]
+    assert all(r.node == "node-a" and r.worker == 1 for _, _, batch in got[1:3] for r in batch)
+    assert got[1][2][0].end_s == pytest.approx(0.002) and got[3][2] == "result"
+    # nothing posted since: an empty list once wait_s has passed
+    started = time.monotonic()
+    assert pickle.loads(worker.take(wait_s=0.05, every_s=0.0)) == []
+    assert time.monotonic() - started >= 0.05
 
 
 # -- runs on a simulated three-node cluster ----------------------------------------------
