@@ -33,7 +33,8 @@ from dataclasses import dataclass, field
 from engines.base import Engine, Request, SamplingParams, TokenEvent
 from llmperf.measure.client_cpu import CpuMeter, ProcessCpu
 from llmperf.measure.pacing import Slots, StagePlan, StageSpan, closed_loop, open_loop, run_stages
-from llmperf.measure.records import EMPTY_OUTPUT, RequestRecord
+from llmperf.measure.records import RequestRecord
+from llmperf.measure.request_books import book_finish, book_tokens, close_record, open_record
 from llmperf.measure.saturation import Saturation, SaturationDetector
 from llmperf.measure.sessions import run_sessions
 from llmperf.workload.sessions import Session
@@ -315,21 +316,7 @@ class LoadGenerator:
 
     async def _issue(self, request: Request, arrival_s: float, client_queue_s: float = 0.0,
                      stage: int = 0) -> tuple[RequestRecord, list[int]]:
-        record = RequestRecord(
-            id=request.id,
-            arrival_s=arrival_s,
-            dispatch_s=self._now(),
-            first_token_s=None,
-            end_s=0.0,
-            input_tokens=len(request.prompt_token_ids or ()),
-            warmup=request.is_warmup,
-            session_id=request.session_id,
-            turn=request.turn,
-            shared_prefix_tokens=request.shared_prefix_tokens,
-            image_bytes=sum(map(len, request.images)),
-            client_queue_s=client_queue_s,
-            stage=stage,
-        )
+        record = open_record(request, arrival_s, self._now(), client_queue_s, stage)
         output_ids: list[int] = []
         last_event_s = record.dispatch_s
         try:
@@ -339,34 +326,13 @@ class LoadGenerator:
                     last_event_s = self._receipt_s(event, record.dispatch_s)
                     if event.scheduled_s is not None:
                         record.admitted_s = event.scheduled_s - self._origin_s
-                    if event.token_ids:
-                        if not record.token_times_s:
-                            self._note_first_token(request, arrival_s, last_event_s)
-                        record.token_times_s.append(last_event_s)
-                        _note_chunk(record, len(event.token_ids))
-                        _note_choice(record, event.choice)
-                        record.output_tokens += len(event.token_ids)
-                        output_ids.extend(event.token_ids)
-                        if event.reasoning:
-                            record.reasoning_tokens += len(event.token_ids)
-                        elif record.first_answer_token_s is None:
-                            record.first_answer_token_s = last_event_s
+                    if book_tokens(record, event, last_event_s, output_ids):
+                        self._note_first_token(request, arrival_s, last_event_s)
                     if event.finished:
-                        record.finish_reason = event.finish_reason
-                        record.error = event.error
-                        record.input_tokens = event.num_prompt_tokens or record.input_tokens
-                        if event.num_output_tokens is not None:  # 0 too: a server's usage
-                            record.output_tokens = event.num_output_tokens
-                        record.response = event.response
-                        record.pool_wait_s = event.pool_wait_s
-                        record.connect_s = event.connect_s
-                        record.written_s = self._stamp_s(event.written_s)
-                        record.headers_s = self._stamp_s(event.headers_s)
-                        record.image_tokens = event.image_tokens
-                        if event.error is None:
-                            record.token_count_source = event.token_count_source or "engine"
-                            if event.response != "stream":  # the whole answer came now
-                                self._note_first_token(request, arrival_s, last_event_s)
+                        book_finish(record, event, self._stamp_s(event.written_s),
+                                    self._stamp_s(event.headers_s))
+                        if event.error is None and event.response != "stream":
+                            self._note_first_token(request, arrival_s, last_event_s)  # all at once
                         break
             finally:
                 aclose = getattr(stream, "aclose", None)
@@ -396,13 +362,7 @@ class LoadGenerator:
         answered = record.response != "stream" and record.error is None
         if self.detector is not None and not record.warmup and not record.token_times_s and not answered:
             self.detector.on_end_without_token()
-        times = record.token_times_s
-        record.first_token_s = times[0] if times else None
-        record.end_s = times[-1] if times else last_event_s
-        # Every request asks for at least one token; a clean end without one gave the
-        # user nothing, and must not count toward throughput or goodput.
-        if record.error is None and record.output_tokens == 0 and record.response != "embedding":
-            record.error = EMPTY_OUTPUT
+        close_record(record, last_event_s)
         self.on_record(record)
 
     # -- clock --------------------------------------------------------------------------
@@ -451,20 +411,6 @@ class SessionLoad:
     sampling: SamplingParams
     max_concurrent: int | None = None
     max_context_tokens: int | None = None
-
-
-def _note_chunk(record: RequestRecord, num_tokens: int) -> None:
-    if record.chunk_tokens is not None:
-        record.chunk_tokens.append(num_tokens)
-    elif num_tokens > 1:  # the first multi-token chunk: the earlier ones held one token each
-        record.chunk_tokens = [1] * (len(record.token_times_s) - 1) + [num_tokens]
-
-
-def _note_choice(record: RequestRecord, choice: int) -> None:
-    if record.token_choices is not None:
-        record.token_choices.append(choice)
-    elif choice:  # the first token of another choice: the earlier ones were choice 0
-        record.token_choices = [0] * (len(record.token_times_s) - 1) + [choice]
 
 
 def _handle_sigint(loop: asyncio.AbstractEventLoop, callback: Callable[[], None]) -> bool:
