@@ -26,6 +26,7 @@ from llmperf.gate.metric_spec import DEFAULT_TOLERANCE, MetricSpec, Tolerance, p
 from llmperf.gate.provenance import describe, machine_facts, machine_mismatches
 from llmperf.gate.render import baseline_table, console_table, markdown
 from llmperf.gate.runs import Job, evaluate, load_jobs, validity_notes
+from llmperf.gate.spread import aa_spread, spread_notes
 
 EXIT_PASS, EXIT_REGRESSION, EXIT_USAGE = 0, 1, 2
 
@@ -77,6 +78,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--allow-invalid", action="store_true",
                    help="gate runs that failed their validity checks (or were interrupted)"
                         " with a warning, instead of failing")
+    p.add_argument("--ci-repeats", type=int, default=2, metavar="K",
+                   help="with --update: the repeats a gate run brings (.ci/run: 3); each metric's"
+                        " A/A spread is the largest change a median of K of the recorded repeats"
+                        " shows against the rest's (default 2)")
+    p.add_argument("--size-tolerances", action="store_true",
+                   help="with --update: widen each tolerance under twice its A/A spread to twice"
+                        " it (never narrower than given)")
     p.add_argument("--allow-dirty", action="store_true",
                    help="let --update record runs made from a working tree with uncommitted changes")
     return p
@@ -195,12 +203,25 @@ def write_baseline(args: argparse.Namespace, path: Path, metrics: list[tuple[Met
         raise GateError(f"{repeats[0][0]} was run from a working tree with uncommitted changes,"
                         " so no commit names the code it measured; commit, rerun and --update"
                         " (or --allow-dirty)")
-    entries = {spec.name: BaselineEntry(spec, tol, current[spec.name]) for spec, tol in metrics}
+    notes, sized_notes, sized = [], [], []
+    for spec, tol in metrics:
+        spread = aa_spread(current[spec.name], args.ci_repeats, tol.relative)
+        if args.size_tolerances and spread is not None and spread.sized(tol) != tol:
+            wide = spread.sized(tol)
+            sized_notes.append(f"{spec.name}: tolerance {tol.text(spec.direction)} widened to"
+                         f" {wide.text(spec.direction)}, twice its A/A spread at"
+                         f" {args.ci_repeats} repeats ({spread.text()})")
+            tol = wide
+        else:
+            notes += spread_notes(spec.name, spread, tol, spec.direction, args.ci_repeats)
+        sized.append((spec, tol))
+    entries = {spec.name: BaselineEntry(spec, tol, current[spec.name]) for spec, tol in sized}
     baseline = Baseline(entries, {**provenance(repeats), "machine": facts}, now_iso())
     baseline.save(path)
     table = baseline_table(baseline)
     done = f"wrote {path}: {len(entries)} metrics from {len(repeats)} repeats"
-    print("\n".join([table, *(f"warning: {w}" for w in warnings), done]))
+    print("\n".join([table, *(f"sized: {n}" for n in sized_notes),
+                      *(f"warning: {w}" for w in [*warnings, *notes]), done]))
     if args.markdown:
         write_text(args.markdown, f"### llmperf-gate: baseline updated\n\n{done}.\n\n"
                                   f"```\n{table}\n```\n")
