@@ -1,19 +1,25 @@
 """The Ray actor of the ray backend (ray_pool.py): the worker that runs one share of the load
 (llmperf/measure/workers.py's worker_main) while its other threads answer the coordinator.
 
-The load generator's loop makes no Ray call. Its messages (batches of records every
-RECORDS_FLUSH_S, ready, saturated, done, failed) go into the actor's own outbox, a list under
-a lock; the coordinator keeps one `take` call waiting on it, which returns them, pickled once,
-every POLL_S (ray_pool.py) while there are any. Its control messages (stop sending,
+The load generator's loop makes no Ray call. Its messages (the priority it got, batches of
+records every RECORDS_FLUSH_S, ready, saturated, done, failed) go into the actor's own outbox,
+a list under a lock; the coordinator keeps one `take` call waiting on it, which returns them,
+pickled once, every POLL_S (ray_pool.py) while there are any. Its control messages (stop sending,
 interrupt, another worker's saturation) and the measured phase's start arrive as calls on
 those other threads too, and the loop reads them from memory. A Ray call submitted from the
 loop took 0.6-1.0 ms at the median and 3-4 ms at the p99 there, a put into the outbox
 0.02-0.05 ms (docs/sizing.md, "Ray actors and local processes on one host").
+
+The load runs at the coordinator's priority, not Ray's: a raylet starts its workers
+`worker_niceness` (15 by default) nicer than itself, and on a host the coordinator shares
+with them, its turns then preempt the workers' loops (docs/sizing.md has the measurement).
 """
 
 from __future__ import annotations
 
 import collections
+import contextlib
+import os
 import pickle
 import queue
 import threading
@@ -61,7 +67,12 @@ class LoadWorker:
         self._node = ray.get_runtime_context().get_node_id()
         return self._node
 
-    def run(self, spec: WorkerSpec) -> None:
+    def run(self, spec: WorkerSpec, nice: int | None = None) -> None:
+        """worker_main on this thread, every thread of the actor at `nice` first (the
+        coordinator's priority; the actor is killed after the run, so nothing is restored):
+        the loop's priority goes to the coordinator in a message."""
+        if nice is not None:
+            self.put(("priority", spec.index, take_priority(nice)))
         # spec.origin_unix_ns is on this worker's clock; worker_main reads the host's own
         spec = replace(spec, origin_unix_ns=spec.origin_unix_ns - self._shift_ns)
         worker_main(spec, self, _Inbox(self._control), self._start, self._start)
@@ -94,6 +105,19 @@ class LoadWorker:
 
     def set_start(self, start_s: float) -> None:
         self._start.set(start_s)
+
+
+def take_priority(nice: int) -> int:
+    """Every thread of this process at `nice` (threads started later inherit their starter's);
+    the calling thread's nice after. Lowering a priority is always allowed; raising one needs
+    CAP_SYS_NICE or room under RLIMIT_NICE, and where that is refused a thread keeps its own.
+    Linux only (per-thread nice through /proc/self/task); elsewhere nothing changes."""
+    tasks = "/proc/self/task"
+    if os.path.isdir(tasks):
+        for tid in os.listdir(tasks):
+            with contextlib.suppress(OSError):  # refused, or the thread has ended
+                os.setpriority(os.PRIO_PROCESS, int(tid), nice)
+    return os.getpriority(os.PRIO_PROCESS, 0)
 
 
 class _Inbox:

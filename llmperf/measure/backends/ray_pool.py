@@ -15,6 +15,9 @@ their messages, and one thing Ray does not do: one clock.
 - **One clock.** Before the run, the coordinator measures each worker's wall-clock offset
   with ping-pong probes (llmperf/measure/clock.py) and hands it the run's origin on the
   worker's own clock; it probes again every `REPROBE_S` and at the end for the drift.
+- **Priority.** Each actor runs at the coordinator's nice, not the `worker_niceness` (15)
+  Ray starts its workers at (backends/ray_actors.py); one that cannot be lifted is named in
+  a warning.
 - **Faults.** A worker whose actor dies (its node lost, the actor killed) is noticed within
   `POLL_S`: its requests that were due (open loop; closed: in its slots) and have no record
   are recorded as failed with `worker lost`, the others go on, and the loss is reported.
@@ -23,6 +26,7 @@ their messages, and one thing Ray does not do: one clock.
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
 import os
 import pickle
@@ -56,6 +60,8 @@ TAKE_WAIT_S = 1.0  # a worker's `take` returns once it has messages, else after 
 REPROBE_S = 5.0  # clock offsets are measured again this often during the run
 LOST = "worker lost"
 
+log = logging.getLogger(__name__)
+
 
 @dataclass(frozen=True)
 class LostWorker:
@@ -75,11 +81,12 @@ def lean_local(workers: int, cpus_per_worker: float) -> dict[str, Any]:
     every worker's bundle even past this host's cores (else the placement group waits
     forever), no idle workers started ahead (the actors start their own) and no metrics
     export, so that Ray's own processes take as little of the load generator's cores as
-    they can."""
+    they can; and its workers at the driver's priority (Ray's `worker_niceness` is 15)."""
     return {"num_cpus": max(os.cpu_count() or 1, math.ceil(workers * cpus_per_worker)),
             "_system_config": {"enable_worker_prestart": False,
                                "prestart_worker_first_driver": False,
-                               "enable_metrics_collection": False}}
+                               "enable_metrics_collection": False,
+                               "worker_niceness": 0}}
 
 
 def _ray():
@@ -88,7 +95,8 @@ def _ray():
 
 class RayPool:
     """Runs the load in `workers` Ray actors; `run` blocks until every worker has ended or
-    been lost. After `run`: `clocks` (a ClockTrack per worker) and `lost` (LostWorker)."""
+    been lost. After `run`: `clocks` (a ClockTrack per worker), `lost` (LostWorker) and
+    `priorities` (each worker's nice, as its load loop ran)."""
 
     def __init__(
         self,
@@ -119,6 +127,7 @@ class RayPool:
         self.test_clock_offset_s = test_clock_offset_s
         self.clocks: list[ClockTrack] = []
         self.lost: list[LostWorker] = []
+        self.priorities: dict[int, int] = {}
         self._actors: list = []
 
     @classmethod
@@ -202,12 +211,13 @@ class RayPool:
         shares = split_concurrency(concurrency, n) if concurrency is not None else [None] * n
         saturation = scaled_saturation(self.saturation, n)
         schedule = split(requests, n)
+        nice = os.getpriority(os.PRIO_PROCESS, 0)  # this thread's: the coordinator's
         runs = {}
         for i, (w, r) in enumerate(zip(split(warmup, n), schedule, strict=True)):
             origin_here = origin_unix_ns + round(self.clocks[i].applied_offset_s * 1e9)
             spec = WorkerSpec(i, self.engine_options, self.model, w, r, shares[i], duration_s,
                               saturation, self.record_tokens, origin_here, self.event_loop)
-            runs[self._actors[i].run.remote(spec)] = i
+            runs[self._actors[i].run.remote(spec, nice)] = i
 
         results: dict[int, LoadResult] = {}
         recorded: dict[int, set[str]] = {i: set() for i in range(n)}
@@ -232,6 +242,8 @@ class RayPool:
                                 self.on_record(record)  # its node set by the worker
                         elif kind == "ready":
                             ready += 1
+                        elif kind == "priority":
+                            self._note_priority(index, payload, nice, nodes[index])
                         elif kind == "saturated" and verdict is None:
                             verdict = replace(payload, rate_rps=payload.rate_rps * n,
                                               waiting=payload.waiting * n)
@@ -265,6 +277,14 @@ class RayPool:
         cpu = coordinator.stop()
         merged.client_cpu += [cpu] if cpu is not None else []
         return merged
+
+    def _note_priority(self, index: int, worker_nice: int, nice: int, node: str) -> None:
+        self.priorities[index] = worker_nice
+        if worker_nice > nice:
+            log.warning("load worker %d (node %s) runs at nice %d, below the coordinator's %d: "
+                        "raising it needs CAP_SYS_NICE or RLIMIT_NICE there (a raylet starts its"
+                        " workers at worker_niceness, 15 by default); on a host they share, the"
+                        " coordinator's turns may delay its sends", index, node, worker_nice, nice)
 
     def _measure_started(self, start_perf_s: float) -> None:
         """Every worker is warm: the measured phase starts at `start_perf_s` (perf_counter)."""
