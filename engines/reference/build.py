@@ -17,6 +17,7 @@ from engines.reference.config import ModelConfig
 from engines.reference.cpu_layout import optimize_cpu_layout
 from engines.reference.cpu_malloc import apply_cpu_malloc
 from engines.reference.fused_ops import install_fused_ops
+from engines.reference.huge_pages import advise_weights
 from engines.reference.kv_cache import blocks_for
 from engines.reference.model import LlamaForCausalLM
 from engines.reference.precision import Precision, get_precision, quantize_model, weight_bytes
@@ -61,6 +62,8 @@ def build_rank_model(options: dict[str, Any], rank: int, world: int, device: tor
         optimize_cpu_layout(model, options.get("cpu_bf16_matmul", "native"))
         if options.get("fused_ops"):
             install_fused_ops(model)
+    if device.type == "cpu" and options.get("cpu_huge_pages") == "true":
+        advise_weights(model)  # last: packing allocated the weights the model keeps
     return RankModel(
         model=model,
         config=config,

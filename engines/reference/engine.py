@@ -29,6 +29,7 @@ from engines.reference.build import build_rank_model, default_num_kv_blocks
 from engines.reference.cpu_layout import WidenedLinear, resolve_bf16_matmul
 from engines.reference.cpu_malloc import apply_cpu_malloc
 from engines.reference.fast_path import resolve_fast_path
+from engines.reference.huge_pages import huge_page_report, resolve_huge_pages
 from engines.reference.kernels.cpu_ops import build_seconds as cpu_ops_build_seconds
 from engines.reference.kv_cache import KV_CACHES, blocks_for
 from engines.reference.model_runner import ModelRunner
@@ -71,7 +72,8 @@ class ReferenceEngine(ThreadedEngine, OfflineAPI):
         # What the other ranks build from, and what info() reports: the options as resolved.
         self.options = {**asdict(opts), "model": model, "max_model_len": self.max_model_len,
                         "cpu_bf16_matmul": resolve_bf16_matmul(opts.cpu_bf16_matmul),
-                        "cpu_malloc": apply_cpu_malloc(opts.cpu_malloc) if self.device.type == "cpu" else "default"}
+                        "cpu_malloc": apply_cpu_malloc(opts.cpu_malloc) if self.device.type == "cpu" else "default",
+                        "cpu_huge_pages": resolve_huge_pages(opts.cpu_huge_pages, self.device.type)}
         del self.options["name"]
         # attention=auto, fused_ops=auto: the path chosen for this device, reported by info().
         self.options.update(resolve_fast_path(opts.attention, opts.fused_ops, self.device.type,
@@ -101,6 +103,7 @@ class ReferenceEngine(ThreadedEngine, OfflineAPI):
             dtype=built.compute_dtype,
             device=self.device,
             enable_prefix_caching=opts.enable_prefix_caching,
+            huge_pages=self.options["cpu_huge_pages"] == "true",
         )
         self.scheduler = SCHEDULERS.build(opts.batching, self.kv, opts)
         self._workers: list = []
@@ -169,6 +172,8 @@ class ReferenceEngine(ThreadedEngine, OfflineAPI):
             "compile_s": self.compile_s,
             # attention=cpu, fused_ops: seconds building (first use on this CPU) or loading the C++ ops.
             "cpu_ops_build_s": cpu_ops_build_seconds(),
+            # cpu_huge_pages: what lies in huge pages, read back from /proc/self/smaps.
+            "huge_page_bytes": huge_page_report(self.model, self.kv.storage) if self.device.type == "cpu" else None,
             **self.options,
         }
 

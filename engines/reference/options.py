@@ -12,6 +12,7 @@ from llmperf.options import check_choice, check_positive, option
 
 CPU_BF16_MATMULS = ("auto", "native", "fp32")
 CPU_MALLOCS = ("tuned", "default")
+CPU_HUGE_PAGES = ("auto", "true", "false")
 
 
 @dataclass
@@ -50,6 +51,12 @@ class ReferenceEngineConfig(EngineConfig):
         " temporaries reuse freed memory instead of page-faulting in fresh pages) or default;"
         " info() reports the one in effect",
     )
+    cpu_huge_pages: str = option(
+        "auto",
+        "CPU: the weights and the KV cache in transparent huge pages (madvise MADV_HUGEPAGE, the"
+        " weights collapsed with MADV_COLLAPSE), true or false; auto: true where the kernel's THP"
+        " mode is madvise or always; info() reports the one chosen and huge_page_bytes",
+    )
     fused_ops: str = option(
         "auto",
         "true: on CPU, RMSNorm (with the residual add before it), RoPE and SiLU-and-mul as one C++"
@@ -70,6 +77,8 @@ class ReferenceEngineConfig(EngineConfig):
         check_positive(self, "max_wait_ms", "inject_slowdown", allow_none=False, strict=False)
         check_choice("cpu_bf16_matmul", self.cpu_bf16_matmul, CPU_BF16_MATMULS, "CPU bf16 matmul")
         check_choice("cpu_malloc", self.cpu_malloc, CPU_MALLOCS, "CPU allocator setting")
+        self.cpu_huge_pages = normalize_fused(self.cpu_huge_pages)
+        check_choice("cpu_huge_pages", self.cpu_huge_pages, CPU_HUGE_PAGES, "cpu_huge_pages setting")
         self.fused_ops = normalize_fused(self.fused_ops)
         check_choice("fused_ops", self.fused_ops, FUSED_CHOICES, "fused_ops setting")
         if self.fused_ops == "true" and self.device != "cpu":

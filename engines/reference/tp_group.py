@@ -65,7 +65,8 @@ def worker_main(rank: int, world: int, port: int, spec: dict[str, Any]) -> None:
     try:
         built = build_rank_model(spec, rank, world, device)
         dist.all_gather_object([None] * world, built.weight_bytes)
-        storage = allocate_storage(built.local_config, spec["num_kv_blocks"], spec["kv_block_size"], built.compute_dtype, device)
+        storage = allocate_storage(built.local_config, spec["num_kv_blocks"], spec["kv_block_size"], built.compute_dtype, device,
+                                   spec.get("cpu_huge_pages") == "true")
         kv_layers = [(storage[i, 0], storage[i, 1]) for i in range(built.config.num_hidden_layers)]
         runner = ModelRunner(built.model, kv_layers, spec["kv_block_size"], built.backend, device)
         while True:

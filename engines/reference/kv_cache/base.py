@@ -12,6 +12,7 @@ from typing import Protocol
 import torch
 
 from engines.reference.config import ModelConfig
+from engines.reference.huge_pages import zeros_in_huge_pages
 from engines.reference.sequence import Sequence
 
 NULL_BLOCK = 0
@@ -46,9 +47,13 @@ class KVCache(Protocol):
 
 
 def allocate_storage(
-    cfg: ModelConfig, num_blocks: int, block_size: int, dtype: torch.dtype, device: torch.device
+    cfg: ModelConfig, num_blocks: int, block_size: int, dtype: torch.dtype, device: torch.device,
+    huge_pages: bool = False,
 ) -> torch.Tensor:
+    """Zeroed storage; with `huge_pages` (CPU) in transparent huge pages (engine.cpu_huge_pages)."""
     shape = (cfg.num_hidden_layers, 2, num_blocks + 1, block_size, cfg.num_key_value_heads, cfg.head_dim)
+    if huge_pages and device.type == "cpu":
+        return zeros_in_huge_pages(shape, dtype)
     return torch.zeros(shape, dtype=dtype, device=device)
 
 

@@ -27,6 +27,7 @@ class ContiguousKVCache:
         dtype: torch.dtype,
         device: torch.device,
         enable_prefix_caching: bool = False,
+        huge_pages: bool = False,  # CPU storage in transparent huge pages
     ):
         if enable_prefix_caching:
             raise ValueError("enable_prefix_caching needs kv_cache=paged")
@@ -41,7 +42,7 @@ class ContiguousKVCache:
             )
         self.num_slots = num_slots
         self.num_blocks = num_slots * self.blocks_per_slot
-        self.storage = allocate_storage(cfg, self.num_blocks, block_size, dtype, device)
+        self.storage = allocate_storage(cfg, self.num_blocks, block_size, dtype, device, huge_pages)
         self._free_slots = list(range(num_slots - 1, -1, -1))
         self._slot_of: dict[int, int] = {}
 

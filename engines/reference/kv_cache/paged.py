@@ -32,6 +32,7 @@ class PagedKVCache:
         dtype: torch.dtype,
         device: torch.device,
         enable_prefix_caching: bool = False,
+        huge_pages: bool = False,  # CPU storage in transparent huge pages
     ):
         if num_blocks < 1:
             raise ValueError(f"num_kv_blocks must be >= 1, got {num_blocks}")
@@ -40,7 +41,7 @@ class PagedKVCache:
         self.blocks_per_slot = 0  # blocks anywhere in the pool: no slot to read in place
         self.max_model_len = max_model_len
         self.enable_prefix_caching = enable_prefix_caching
-        self.storage = allocate_storage(cfg, num_blocks, block_size, dtype, device)
+        self.storage = allocate_storage(cfg, num_blocks, block_size, dtype, device, huge_pages)
         self._free: OrderedDict[int, None] = OrderedDict((b, None) for b in range(1, num_blocks + 1))
         self._ref_count = [0] * (num_blocks + 1)
         self._block_key: dict[int, tuple] = {}  # block -> its prefix key

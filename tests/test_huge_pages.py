@@ -1,0 +1,79 @@
+"""`engine.cpu_huge_pages`: the weights and the KV cache in transparent huge pages where the
+kernel allows it (engines/reference/huge_pages.py), read back from /proc/self/smaps."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from engines.reference import ReferenceEngine, huge_pages
+from engines.reference.huge_pages import (
+    huge_bytes,
+    merge,
+    resolve_huge_pages,
+    thp_mode,
+    weight_ranges,
+)
+from engines.reference.options import ReferenceEngineConfig
+from llmperf.errors import ConfigError
+
+MiB = 1 << 20
+THP_ADVISABLE = thp_mode() in ("madvise", "always")
+needs_thp = pytest.mark.skipif(not THP_ADVISABLE, reason=f"transparent huge pages are {thp_mode()} here")
+PROMPTS = [[1, 5, 9, 13, 17, 21, 25, 29], [2, 4, 6, 8], [3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5]]
+
+
+def _engine(choice: str) -> ReferenceEngine:
+    # llama-107m's preset: ~210 MB of bf16 weights, a 64 MiB cache of 680 blocks.
+    return ReferenceEngine(model="llama-107m", precision="bf16", num_kv_blocks=680, max_num_seqs=4,
+                           max_model_len=256, cpu_huge_pages=choice)
+
+
+@needs_thp
+def test_the_weights_and_the_kv_cache_lie_in_huge_pages_and_tokens_are_unchanged():
+    off, on = _engine("false"), _engine("true")  # off first: its heap is not yet advised
+    assert (on.info()["cpu_huge_pages"], off.info()["cpu_huge_pages"]) == ("true", "false")
+    weight_bytes = sum(end - start for start, end in weight_ranges(on.model))
+    cache_bytes = on.kv.storage.numel() * on.kv.storage.element_size()
+    got = on.info()["huge_page_bytes"]
+    assert got["weights"] >= 0.95 * weight_bytes
+    assert got["kv_cache"] >= cache_bytes - 4 * MiB  # all but the partial 2 MiB at each end
+    if thp_mode() == "madvise":  # the other engine's cache, a mapping of its own, never asked
+        assert off.info()["huge_page_bytes"]["kv_cache"] == 0
+    kwargs = dict(max_tokens=12, ignore_eos=True)
+    assert on.generate(PROMPTS, **kwargs) == off.generate(PROMPTS, **kwargs)
+
+
+def test_auto_follows_the_kernels_thp_mode(monkeypatch):
+    for mode, chosen in (("madvise", "true"), ("always", "true"), ("never", "false"), (None, "false")):
+        monkeypatch.setattr(huge_pages, "thp_mode", lambda mode=mode: mode)
+        assert resolve_huge_pages("auto", "cpu") == chosen
+    assert resolve_huge_pages("true", "cuda") == "false"
+    assert resolve_huge_pages("false", "cpu") == "false"
+
+
+def test_huge_bytes_counts_the_mappings_that_overlap_the_ranges():
+    smaps = (
+        "7f0000000000-7f0000400000 rw-p 00000000 00:00 0\nAnonHugePages:      4096 kB\n"
+        "7f0000400000-7f0000600000 rw-p 00000000 00:00 0\nAnonHugePages:         0 kB\n"
+        "7f0000600000-7f0000a00000 rw-p 00000000 00:00 0\nAnonHugePages:      2048 kB\n"
+    )
+    assert huge_bytes([(0x7F0000100000, 0x7F0000200000)], smaps) == 4 * MiB
+    assert huge_bytes([(0x7F0000300000, 0x7F0000700000)], smaps) == 6 * MiB
+    assert huge_bytes([(0x7F0001000000, 0x7F0002000000)], smaps) == 0
+    assert merge([(10, 20), (0, 5), (22, 30)], 3) == [(0, 5), (10, 30)]
+
+
+def test_weight_ranges_cover_packed_weights():
+    eng = ReferenceEngine(model="tiny", num_kv_blocks=8, cpu_huge_pages="false")
+    ranges = weight_ranges(eng.model)
+    total = sum(p.numel() * p.element_size() for p in eng.model.parameters() if not p.is_mkldnn)
+    packed = [p for p in eng.model.parameters() if p.is_mkldnn]
+    total += sum(torch.ops.mkldnn._nbytes(p) for p in packed)
+    assert sum(end - start for start, end in ranges) >= total
+
+
+def test_an_unknown_setting_is_one_clear_error():
+    with pytest.raises(ConfigError, match="cpu_huge_pages"):
+        ReferenceEngineConfig(cpu_huge_pages="sometimes")
+    assert ReferenceEngineConfig(cpu_huge_pages=True).cpu_huge_pages == "true"
