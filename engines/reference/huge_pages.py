@@ -23,27 +23,38 @@ from pathlib import Path
 import torch
 from torch import nn
 
-THP_ENABLED = Path("/sys/kernel/mm/transparent_hugepage/enabled")
-THP_PMD_SIZE = Path("/sys/kernel/mm/transparent_hugepage/hpage_pmd_size")
+THP_ROOT = Path("/sys/kernel/mm/transparent_hugepage")
+THP_PMD_SIZE = THP_ROOT / "hpage_pmd_size"
 MADV_HUGEPAGE = 14  # asm-generic/mman-common.h
 MADV_COLLAPSE = 25
 
 Range = tuple[int, int]  # [start, end) addresses
 
 
-def thp_mode() -> str | None:
-    """The kernel's THP mode (always, madvise or never); None where it has no THP."""
+def thp_mode(root: Path = THP_ROOT) -> str | None:
+    """The kernel's THP mode for anonymous 2 MiB pages (always, madvise or never); None where
+    it has no THP. Kernels with multi-size THP (6.8+) set it per page size
+    (`hugepages-2048kB/enabled`), where `inherit` defers to the top-level `enabled`."""
+    pmd_kib = huge_page_bytes(root / "hpage_pmd_size") // 1024
+    per_size = _bracketed(root / f"hugepages-{pmd_kib}kB" / "enabled")
+    if per_size is not None and per_size != "inherit":
+        return per_size
+    return _bracketed(root / "enabled")
+
+
+def _bracketed(path: Path) -> str | None:
+    """The chosen value of a sysfs choice file ('always [madvise] never' -> 'madvise')."""
     try:
-        match = re.search(r"\[(\w+)\]", THP_ENABLED.read_text())
+        match = re.search(r"\[(\w+)\]", path.read_text())
     except OSError:
         return None
     return match.group(1) if match else None
 
 
 @functools.cache
-def huge_page_bytes() -> int:
+def huge_page_bytes(path: Path = THP_PMD_SIZE) -> int:
     try:
-        return int(THP_PMD_SIZE.read_text())
+        return int(path.read_text())
     except (OSError, ValueError):
         return 2 << 20
 
@@ -110,23 +121,26 @@ def tensor_range(tensor: torch.Tensor) -> Range:
 
 
 def huge_bytes(ranges: list[Range], smaps: str | None = None) -> int:
-    """Bytes of anonymous huge pages in the mappings that overlap `ranges` (/proc/self/smaps).
-    MADV_HUGEPAGE splits a mapping at the advised range's edges, so in `madvise` mode these
-    mappings are the advised ranges themselves."""
+    """Bytes of `ranges` that lie in anonymous huge pages, read from /proc/self/smaps: for each
+    mapping the ranges overlap, the smaller of its AnonHugePages and the overlap. smaps counts
+    a whole mapping, and a mapping can be larger than the ranges: the kernel joins neighbouring
+    mappings with the same flags (two advised tensors side by side become one), and an advised
+    neighbour can take the edge of an unadvised range. The figure is exact where a mapping is
+    all huge or all small pages (what advising a whole range gives), an upper bound otherwise."""
     if smaps is None:
         try:
             smaps = Path("/proc/self/smaps").read_text()
         except OSError:
             return 0
     merged = merge(ranges, 1)
-    total, overlaps = 0, False
+    total, overlap = 0, 0
     for line in smaps.splitlines():
         head = re.match(r"([0-9a-f]+)-([0-9a-f]+) ", line)
         if head:
             lo, hi = int(head.group(1), 16), int(head.group(2), 16)
-            overlaps = any(start < hi and lo < end for start, end in merged)
-        elif overlaps and line.startswith("AnonHugePages:"):
-            total += int(line.split()[1]) * 1024
+            overlap = sum(max(0, min(hi, end) - max(lo, start)) for start, end in merged)
+        elif overlap and line.startswith("AnonHugePages:"):
+            total += min(int(line.split()[1]) * 1024, overlap)
     return total
 
 
