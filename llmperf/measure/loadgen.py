@@ -30,8 +30,9 @@ import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 
-from engines.base import Engine, Request, SamplingParams, TokenEvent
+from engines.base import Engine, Request, SamplingParams
 from llmperf.measure.client_cpu import CpuMeter, ProcessCpu
+from llmperf.measure.load_clock import LoadClock
 from llmperf.measure.pacing import Slots, StagePlan, StageSpan, closed_loop, open_loop, run_stages
 from llmperf.measure.records import RequestRecord
 from llmperf.measure.request_books import book_finish, book_tokens, close_record, open_record
@@ -44,11 +45,6 @@ from llmperf.workload.sessions import Session
 # vLLM's TPOT under llmperf read 30-35 ms against 26-28 under `vllm bench serve` (same
 # trace, 2 cores); at 100 ms, 28-30 against 27.5-28. A lag past the 50 ms check still shows.
 LOOP_PROBE_INTERVAL_S = 0.1
-# A spin turn (`sleep(0)` to the next clock read) under this ran nothing else: idle spin, CPU
-# any work would have had. Bare turns: median 1.2 us (uvloop), 2.4 (asyncio), 99.9% under 6,
-# 16 us; turns that ran work (a send, an answer, a chunk read) mostly 15-100 us. Work under it
-# counts idle, a bare turn stretched past it busy: each errs by a few us.
-BARE_TURN_S = 10e-6
 
 
 @dataclass
@@ -68,7 +64,7 @@ class LoadResult:
     stages: list[StageSpan] = field(default_factory=list)  # scenario.stages, as they ran
 
 
-class LoadGenerator:
+class LoadGenerator(LoadClock):
     """Drives one engine through a warmup phase and a measured phase.
 
     `on_record` is called with each request's record as soon as it ends (finished,
@@ -88,6 +84,7 @@ class LoadGenerator:
         role: str = "loadgen",
         max_concurrency: int | None = None,
     ) -> None:
+        LoadClock.__init__(self, spin_s)
         self.engine = engine
         self.on_record = on_record
         self.detector = saturation
@@ -98,15 +95,11 @@ class LoadGenerator:
         # Called once warmup has ended, before the measured phase starts: a server scrape
         # taken then separates the warmup's counts from the measured ones.
         self.on_measure_start = on_measure_start
-        # asyncio.sleep wakes up to ~1 ms late (epoll's millisecond timeout); the last
-        # stretch before a send is spent yielding to the loop instead, to cut dispatch lag.
-        self.spin_s = spin_s
         self.interrupted = False
         self.stopped: str | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         # Engines that hold requests to form batches launch what waits when flushed.
         self._flush = engine.flush if engine.capabilities.flush else (lambda: None)
-        self._origin_s = 0.0
         # A worker of several (llmperf/measure/workers.py): the run's origin on this process's
         # clock, and when the measured phase starts (awaited once the warmup is done).
         self._given_origin_s = origin_perf_counter_s
@@ -114,7 +107,6 @@ class LoadGenerator:
         self._inflight: set[asyncio.Task] = set()
         self._phases: asyncio.Task | None = None
         self._cpu = CpuMeter(role)
-        self._idle_spin_s = self._spun_s = 0.0  # since the measured phase began; last spin stamp
         self.max_concurrency = max_concurrency  # open loops: the cap on requests in flight
         self._stage_spans: list[StageSpan] = []
 
@@ -364,43 +356,6 @@ class LoadGenerator:
             self.detector.on_end_without_token()
         close_record(record, last_event_s)
         self.on_record(record)
-
-    # -- clock --------------------------------------------------------------------------
-
-    def _now(self) -> float:
-        return time.perf_counter() - self._origin_s
-
-    def _stamp_s(self, perf_counter_s: float | None) -> float | None:
-        """An engine's perf_counter() stamp on the records' clock."""
-        return None if perf_counter_s is None else perf_counter_s - self._origin_s
-
-    def _receipt_s(self, event: TokenEvent, dispatch_s: float) -> float:
-        """When the client received the event: the engine's stamp, else now."""
-        now_s = self._now()
-        if event.received_s is None:
-            return now_s
-        received_s = self._stamp_s(event.received_s)
-        if not dispatch_s <= received_s <= now_s:
-            raise ValueError(
-                f"the engine's receipt time is {received_s - now_s:+.6f} s from now and "
-                f"{received_s - dispatch_s:+.6f} s from dispatch: not time.perf_counter()"
-            )
-        return received_s
-
-    async def _sleep_until(self, target_s: float) -> None:
-        """Sleep to `spin_s` before `target_s`, then spin, counting the bare turns' time as
-        idle spin. The stamp is shared: spinners side by side (sessions) count a turn once."""
-        now_s = self._now()
-        if target_s - now_s > self.spin_s:
-            await asyncio.sleep(target_s - now_s - self.spin_s)
-            now_s = self._now()
-        self._spun_s = now_s
-        while now_s < target_s:
-            await asyncio.sleep(0)
-            now_s = self._now()
-            if now_s - self._spun_s < BARE_TURN_S:
-                self._idle_spin_s += now_s - self._spun_s
-            self._spun_s = now_s
 
 
 @dataclass
