@@ -10,6 +10,9 @@ than whenever khugepaged passes; the KV cache is advised before it is first writ
 pages fault in huge. Measured on a 2-core EPYC VM (docs/kernels.md): the decode attention
 kernel 11% faster over 30 layers' caches, a decode step 1-5%.
 `huge_bytes` reads back from /proc/self/smaps how much sits in huge pages, for info().
+`false` advises nothing, but in a process where another engine did, glibc's heap (kept by
+`engine.cpu_malloc=tuned`) can hand those advised pages, already huge, to this engine's
+allocations; an A/B of the option belongs in two processes.
 """
 
 from __future__ import annotations
