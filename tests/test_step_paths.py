@@ -74,9 +74,23 @@ def test_prefill_on_the_new_kv_matches_the_cache_gather(backend_name, case, dtyp
     assert backend.reads_new_kv
     gathered = backend(q, k_cache, v_cache, meta, 0.125)
     in_place = backend(q, k_cache, v_cache, meta, 0.125, new_kv=(k, v))
-    assert torch.equal(in_place, gathered)
+    if backend_name == "cpu" and case.startswith("fresh"):
+        # Fresh prompts only: the C++ causal prefill (tests/test_cpu_prefill.py), SDPA's sums in another order.
+        assert backend.prefill_rows == len(query_lens)
+        assert_within_an_ulp_of(in_place, gathered)
+    else:
+        assert torch.equal(in_place, gathered)
     want = get_backend("eager")(q, k_cache, v_cache, meta, 0.125)
     torch.testing.assert_close(in_place.float(), want.float(), atol=2e-2 if dtype == torch.bfloat16 else 2e-6, rtol=0)
+
+
+def assert_within_an_ulp_of(got, want):
+    """Equal up to the fp32 sums' order: within fp32's rounding, or for bf16 within a unit of
+    its last place, nearly every element bitwise equal."""
+    bf16 = want.dtype == torch.bfloat16
+    torch.testing.assert_close(got.float(), want.float(), atol=1e-2 if bf16 else 2e-6, rtol=torch.finfo(want.dtype).eps)
+    if bf16:
+        assert (got == want).float().mean().item() > 0.95
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)

@@ -52,6 +52,20 @@ class AttentionMetadata:
         return [i for i, n in enumerate(self.query_lens) if n == 1]
 
     @cached_property
+    def fresh_prompts(self) -> FreshPrompts | None:
+        """The prompts with no cached context (query length = context, more than one token), when
+        every other row is a decode row; None otherwise (a chunk after context, or none fresh)."""
+        rows = [i for i, (n, total) in enumerate(zip(self.query_lens, self.seq_lens, strict=True)) if n == total > 1]
+        if not rows or len(rows) + len(self.decode_rows) != len(self.query_lens):
+            return None
+        device = self.block_tables.device
+        if len(rows) == len(self.query_lens):
+            return FreshPrompts(rows, self.cu_query_lens[:-1], self.seq_lens_t)
+        starts = self.query_starts
+        return FreshPrompts(rows, torch.tensor([starts[i] for i in rows], device=device),
+                            torch.tensor([self.query_lens[i] for i in rows], device=device))
+
+    @cached_property
     def decode_batch(self) -> DecodeBatch:
         """The decode rows as one padded batch: their block tables, key mask and query rows."""
         rows = self.decode_rows
@@ -102,6 +116,14 @@ class SlotRows(NamedTuple):
     count: int
     index: torch.Tensor | None  # each decode row's place in the run; None: row i is place i
     key_mask: torch.Tensor  # bool [count, max_len]
+
+
+class FreshPrompts(NamedTuple):
+    """Prompts a step attends with no cached context: each one's first query and its length."""
+
+    rows: list[int]
+    starts: torch.Tensor  # [len(rows)], offsets into the packed queries
+    lens: torch.Tensor  # [len(rows)]
 
 
 class DecodeBatch(NamedTuple):

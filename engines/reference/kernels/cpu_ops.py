@@ -1,10 +1,11 @@
-"""The C++ CPU operators (`kernels/cpu/ops.cpp`: `paged_decode` for `attention=cpu`;
+"""The C++ CPU operators (`kernels/cpu/ops.cpp`: `paged_decode` for `attention=cpu`, and
+`prefill.cpp`'s `causal_prefill` for its steps of fresh prompts;
 `rms_norm`, `add_rms_norm`, `rotary` and `silu_mul` for `engine.fused_ops`), built on first
 use with torch's extension builder and loaded into the process as `torch.ops.llmperf.*`.
 
 The build needs a C++ compiler and ninja (`pip install ninja` brings the latter). It
 compiles for this CPU (`-march=native`: AVX-512 registers where the CPU has them), so the
-build folder is keyed by the source, torch's version and the CPU's flags: a home folder
+build folder is keyed by the sources, torch's version and the CPU's flags: a home folder
 shared between machines never loads a build made for another CPU. The first build takes
 20-30 s on two cores; later processes load it in well under a second.
 """
@@ -22,7 +23,8 @@ import torch
 from engines.reference.cpu_layout import cpu_flags
 from llmperf.paths import cache_dir
 
-SOURCE = Path(__file__).with_name("cpu") / "ops.cpp"
+SOURCES = [Path(__file__).with_name("cpu") / name for name in ("ops.cpp", "prefill.cpp")]
+HEADERS = [Path(__file__).with_name("cpu") / "vec.h"]
 MARCH_ENV = "LLMPERF_CPU_MARCH"  # -march for the build; native unless set (tests build x86-64-v3: no AVX-512)
 
 
@@ -41,7 +43,7 @@ def cpu_ops():
     build_dir.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     try:
-        load(name, [str(SOURCE)], extra_cflags=cflags(), extra_ldflags=["-fopenmp"],
+        load(name, [str(source) for source in SOURCES], extra_cflags=cflags(), extra_ldflags=["-fopenmp"],
              build_directory=str(build_dir), is_python_module=False, verbose=False)
     except Exception as exc:  # a missing compiler or ninja surfaces as several exception types
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
@@ -63,7 +65,9 @@ def build_seconds() -> float | None:
 
 
 def _build_key() -> str:
-    digest = hashlib.sha256(SOURCE.read_bytes())
+    digest = hashlib.sha256()
+    for path in SOURCES + HEADERS:
+        digest.update(path.read_bytes())
     digest.update(torch.__version__.encode())
     digest.update(" ".join(cflags()).encode())
     digest.update(" ".join(sorted(cpu_flags() or [os.uname().machine])).encode())

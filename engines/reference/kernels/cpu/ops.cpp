@@ -3,6 +3,7 @@
 // registered under torch.ops.llmperf:
 //
 //   paged_decode   decode attention over the paged KV cache, read in place (attention=cpu)
+//   causal_prefill fresh prompts' causal attention over the step's own K and V (prefill.cpp)
 //   rms_norm, add_rms_norm, rotary, silu_mul, store_kv
 //                  a decoder layer's elementwise steps and its K/V cache write, each one pass
 //                  over its rows instead of one or several torch ops (engine.fused_ops); each
@@ -17,114 +18,11 @@
 // Arithmetic is fp32 throughout; 16-float vectors are AVX-512 registers where the CPU has
 // them, plain arrays (auto-vectorized) otherwise.
 
-#include <ATen/Parallel.h>
-#include <torch/library.h>
-#include <torch/types.h>
-
-#include <algorithm>
-#include <cmath>
-#include <cstdint>
-#include <cstring>
-#include <type_traits>
-#include <vector>
-
-#if defined(__AVX512F__)
-#include <immintrin.h>
-#endif
+#include "vec.h"
 
 namespace {
 
-constexpr int kLanes = 16;
-constexpr int kMaxChunks = 16;  // head_dim up to 256
-constexpr int kMaxJobHeads = 256;  // query heads a job may hold (all of a sequence's)
-
-// Scalars in and out of the model's dtype. bf16 is the top half of a float32: rounding to
-// nearest even by integer arithmetic (no NaN handling needed here) keeps the loops vectorized.
-inline float ld(float x) { return x; }
-inline float ld(c10::BFloat16 x) {
-  uint32_t bits = static_cast<uint32_t>(x.x) << 16;
-  float f;
-  std::memcpy(&f, &bits, sizeof f);
-  return f;
-}
-inline float ld(c10::Half x) { return static_cast<float>(x); }
-template <typename T>
-inline T st(float f);
-template <>
-inline float st<float>(float f) { return f; }
-template <>
-inline c10::BFloat16 st<c10::BFloat16>(float f) {
-  uint32_t bits;
-  std::memcpy(&bits, &f, sizeof bits);
-  bits += 0x7FFF + ((bits >> 16) & 1);
-  c10::BFloat16 out;
-  out.x = static_cast<uint16_t>(bits >> 16);
-  return out;
-}
-template <>
-inline c10::Half st<c10::Half>(float f) { return c10::Half(f); }
-// Round to T and back: where the torch code materializes an intermediate in the model's dtype.
-template <typename T>
-inline float rt(float f) { return ld(st<T>(f)); }
-
-#if defined(__AVX512F__)
-struct Vec {
-  __m512 r;
-};
-inline Vec vzero() { return {_mm512_setzero_ps()}; }
-inline Vec vset(float x) { return {_mm512_set1_ps(x)}; }
-inline Vec vmul(Vec a, Vec b) { return {_mm512_mul_ps(a.r, b.r)}; }
-inline Vec vfma(Vec a, Vec b, Vec c) { return {_mm512_fmadd_ps(a.r, b.r, c.r)}; }
-inline float vsum(Vec a) { return _mm512_reduce_add_ps(a.r); }
-inline void vstore(float* p, Vec a) { _mm512_storeu_ps(p, a.r); }
-inline Vec vload(const float* p) { return {_mm512_loadu_ps(p)}; }
-inline Vec vload(const c10::BFloat16* p) {
-  // bfloat16 is the top half of a float32: widen the 16-bit words and shift them up.
-  __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-  return {_mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(raw), 16))};
-}
-inline Vec vload(const c10::Half* p) {
-  return {_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)))};
-}
-#else
-struct Vec {
-  float r[kLanes];
-};
-inline Vec vset(float x) {
-  Vec v;
-  for (int i = 0; i < kLanes; ++i) v.r[i] = x;
-  return v;
-}
-inline Vec vzero() { return vset(0.f); }
-inline Vec vmul(Vec a, Vec b) {
-  for (int i = 0; i < kLanes; ++i) a.r[i] *= b.r[i];
-  return a;
-}
-inline Vec vfma(Vec a, Vec b, Vec c) {
-  for (int i = 0; i < kLanes; ++i) c.r[i] += a.r[i] * b.r[i];
-  return c;
-}
-inline float vsum(Vec a) {
-  float s = 0.f;
-  for (int i = 0; i < kLanes; ++i) s += a.r[i];
-  return s;
-}
-inline void vstore(float* p, Vec a) { std::memcpy(p, a.r, sizeof a.r); }
-template <typename T>
-inline Vec vload(const T* p) {
-  Vec v;
-  for (int i = 0; i < kLanes; ++i) v.r[i] = static_cast<float>(p[i]);
-  return v;
-}
-#endif
-
-inline void vstore_as(float* p, Vec a) { vstore(p, a); }
-template <typename T>
-inline void vstore_as(T* p, Vec a) {
-  float row[kLanes];
-  vstore(row, a);
-  for (int i = 0; i < kLanes; ++i) p[i] = st<T>(row[i]);
-}
+using namespace llmperf_cpu;
 
 // CHUNKS = head_dim / 16 when known at compile time (the common 64 and 128), 0: read at run time.
 // q, the caches and out are all T. A job is one sequence (all its kv heads: each cached
@@ -299,16 +197,6 @@ void rotary_rows(const T* x, int64_t token_stride, int64_t head_stride, const T*
       }
     }
   });
-}
-
-template <typename F>
-void by_dtype(at::ScalarType dtype, const char* op, F&& f) {
-  switch (dtype) {
-    case at::kFloat: f(static_cast<float*>(nullptr)); break;
-    case at::kBFloat16: f(static_cast<c10::BFloat16*>(nullptr)); break;
-    case at::kHalf: f(static_cast<c10::Half*>(nullptr)); break;
-    default: TORCH_CHECK(false, op, ": dtype ", dtype, " is not float32, bfloat16 or float16");
-  }
 }
 
 // A 2-D view whose rows are contiguous (any row stride): [rows, n].
