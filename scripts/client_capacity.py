@@ -32,6 +32,13 @@ client before it). `--vllm` adds `vllm bench serve` against the same mock: it re
 dispatch lag, so what is shown is the request rate it carries when asked for as many
 requests at once as it can send (`--request-rate inf`), and the rate it carries when asked
 for the default client's capacity.
+
+`--alternate` compares backends instead of searching: one trial per backend in turn at each
+`--rates` rate, `--repeats` times, in this one process (`ray:actor` is the ray backend with
+each actor's load on an actor thread, `LLMPERF_RAY_LOAD=actor`; `ray`, in its child process):
+
+    python scripts/client_capacity.py --workers 2 --alternate processes ray ray:actor \
+        --rates 6200 9300 --repeats 4
 """
 
 from __future__ import annotations
@@ -42,6 +49,7 @@ import json
 import math
 import os
 import socket
+import statistics
 import subprocess
 import sys
 import time
@@ -141,6 +149,7 @@ def trial(args, base_url: str | None, workers: int, rate_rps: float, out: Path) 
     lag_ms = s["dispatch_lag_s"]["p99"] * 1e3
     held = lag_ms < args.threshold_ms and s["num_failed"] == 0 and not s["saturated"]
     return {"rate_rps": rate_rps, "held": held, "dispatch_lag_p99_ms": lag_ms,
+            "dispatch_lag_p50_ms": s["dispatch_lag_s"]["median"] * 1e3,
             "loop_lag_p99_ms": (s["event_loop_lag_s"]["p99"] or 0.0) * 1e3,
             "served_rps": s["request_throughput_rps"], "failed": s["num_failed"],
             "saturated": s["saturated"]}
@@ -175,6 +184,28 @@ def capacity(args, base_url: str | None, workers: int) -> float:
     return held or 0.0
 
 
+def alternate(args, base_url: str | None) -> dict:
+    """One trial per backend in turn, at each rate, `--repeats` times: dispatch lag p50 / p99."""
+    trials: dict[str, list[dict]] = {}
+    for k in range(args.repeats):
+        for rate in args.rates:
+            for backend in args.alternate:
+                args.backend, _, where = backend.partition(":")
+                os.environ["LLMPERF_RAY_LOAD"] = where or "child"
+                out = args.output_dir / f"trial-{k:02d}_rate-{rate:.0f}_{backend.replace(':', '-')}"
+                t = trial(args, base_url, args.workers[0], rate, out)
+                trials.setdefault(f"{backend} {rate:.0f}", []).append(t)
+                print(f"  {backend:10s} rate={rate:8.1f} req/s  dispatch lag p50 "
+                      f"{t['dispatch_lag_p50_ms']:6.3f} ms  p99 {t['dispatch_lag_p99_ms']:6.2f} ms  served "
+                      f"{t['served_rps'] or 0:7.1f} req/s  failed {t['failed']}"
+                      f"{'  saturated' if t['saturated'] else ''}", flush=True)
+    print(f"\ndispatch lag p99, median of {args.repeats} (ms):")
+    for key, ts in trials.items():
+        p99 = sorted(t["dispatch_lag_p99_ms"] for t in ts)
+        print(f"  {key:20s} {statistics.median(p99):7.2f}  ({p99[0]:.2f}-{p99[-1]:.2f})")
+    return trials
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2])
@@ -193,12 +224,19 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--start-rps", type=float, default=100.0)
     parser.add_argument("--tolerance", type=float, default=0.1)
     parser.add_argument("--max-trials", type=int, default=7)
+    parser.add_argument("--alternate", nargs="+", default=None,
+                        choices=("processes", "ray", "ray:actor"),
+                        help="instead of a search: these backends in turn at each --rates rate")
+    parser.add_argument("--rates", type=float, nargs="+", default=[6200.0, 9300.0])
+    parser.add_argument("--repeats", type=int, default=4)
     parser.add_argument("--output-dir", type=Path,
                         default=ROOT / "reports" / "client-capacity" / time.strftime("%Y%m%d-%H%M%S"))
     args = parser.parse_args(argv)
     if any(w < 1 for w in args.workers) or args.threshold_ms <= 0 or args.duration_s <= 0:
         parser.error("--workers must be >= 1, --threshold-ms and --duration-s > 0")
-    if args.backend == "ray":
+    if args.alternate and (len(args.workers) != 1 or args.repeats < 1 or min(args.rates) <= 0):
+        parser.error("--alternate takes one --workers count, --repeats >= 1 and --rates > 0")
+    if args.backend == "ray" or any(b.startswith("ray") for b in args.alternate or ()):
         import ray
 
         ray.init(address="local", include_dashboard=False, log_to_driver=False,
@@ -209,6 +247,16 @@ def main(argv: list[str] | None = None) -> None:
         server = start_server(port) if args.engine == "http" else start_mock(port)
         base_url = f"http://127.0.0.1:{port}/v1"
     found, by_client, vllm = {}, {}, {}
+    if args.alternate:
+        args.client = "default"
+        try:
+            trials = alternate(args, base_url)
+        finally:
+            if server is not None:
+                server.terminate()
+                server.wait(timeout=10)
+        (args.output_dir / "alternate.json").write_text(json.dumps(trials, indent=2))
+        return
     try:
         for client in args.clients if base_url else ["default"]:
             args.client = client

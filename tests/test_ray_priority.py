@@ -96,6 +96,7 @@ def test_ray_workers_run_the_load_at_the_coordinators_priority_and_every_record_
     coordinator = max(-20, own - 5)  # Ray's workers start at min(19, coordinator + 15)
     received: list[str] = []
     seen: dict[tuple[int, int], int] = {}  # each LoadWorker thread's nice, read during the load
+    children: dict[tuple[int, int], int] = {}  # the same for the child processes running the load
     os.setpriority(os.PRIO_PROCESS, me, coordinator)
     nodes = None
     try:
@@ -107,11 +108,15 @@ def test_ray_workers_run_the_load_at_the_coordinators_priority_and_every_record_
         def on_record(record) -> None:  # on the coordinator's thread, as the load runs
             received.append(record.id)
             if len(received) % 20 == 0:
-                for pid in os.listdir("/proc"):
-                    if pid.isdigit() and _is_load_worker(pid, raylet):
+                pids = [pid for pid in os.listdir("/proc") if pid.isdigit()]
+                workers = {int(pid) for pid in pids if _is_load_worker(pid, raylet)}
+                for pid in pids:
+                    into = seen if int(pid) in workers else children if _is_load_child(
+                        pid, workers) else None
+                    if into is not None:
                         for tid in os.listdir(f"/proc/{pid}/task"):
                             with contextlib.suppress(OSError):  # a thread that just ended
-                                seen[(int(pid), int(tid))] = thread_nice(pid, tid)
+                                into[(int(pid), int(tid))] = thread_nice(pid, tid)
 
         pool = RayPool(2, SyntheticEngineConfig(tpot_s=0.001), "syn", on_record=on_record)
         requests = [Request(id=f"r{k}", max_tokens=2, prompt_token_ids=[1] * 8, arrival_s=k / 100)
@@ -128,7 +133,19 @@ def test_ray_workers_run_the_load_at_the_coordinators_priority_and_every_record_
     assert pool.priorities == {0: coordinator, 1: coordinator}
     assert len({pid for pid, _ in seen}) == 2  # both workers' processes were read
     assert set(seen.values()) == {coordinator}, seen
+    assert len({pid for pid, _ in children}) == 2  # each actor's load in its child process
+    assert set(children.values()) == {coordinator}, children
     assert not caplog.records
+
+
+def _is_load_child(pid: str, workers: set[int]) -> bool:
+    """A process a LoadWorker spawned to run its load (not multiprocessing's resource tracker)."""
+    try:
+        ppid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        command = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+    return ppid in workers and b"spawn_main" in command
 
 
 def _is_load_worker(pid: str, raylet: int) -> bool:

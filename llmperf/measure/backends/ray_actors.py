@@ -1,12 +1,16 @@
 """The Ray actor of the ray backend (ray_pool.py): the worker that runs one share of the load
 (llmperf/measure/workers.py's worker_main) while its other threads answer the coordinator.
+The load runs in a child process of the actor, as a local worker's does, and the actor
+relays (backends/ray_child.py); with `LLMPERF_RAY_LOAD=actor` it runs on one of the actor's
+own threads instead, beside Ray's, the design before (docs/sizing.md compares the two).
 
 The load generator's loop makes no Ray call. Its messages (the priority it got, batches of
 records every RECORDS_FLUSH_S, ready, saturated, done, failed) go into the actor's own outbox,
 a list under a lock; the coordinator keeps one `take` call waiting on it, which returns them,
-pickled once, every POLL_S (ray_pool.py) while there are any. Its control messages (stop sending,
-interrupt, another worker's saturation) and the measured phase's start arrive as calls on
-those other threads too, and the loop reads them from memory. A Ray call submitted from the
+pickled (a child's as its queue pickled them), every POLL_S (ray_pool.py) while there are
+any. Its control messages (stop sending, interrupt, another worker's saturation) and the
+measured phase's start arrive as calls on those other threads too, which pass them on to the
+child's queues (or leave them in memory for a loop on the actor's thread). A Ray call submitted from the
 loop took 0.6-1.0 ms at the median and 3-4 ms at the p99 there, a put into the outbox
 0.02-0.05 ms (docs/sizing.md, "Ray actors and local processes on one host").
 
@@ -26,7 +30,10 @@ import threading
 import time
 from dataclasses import replace
 
+from llmperf.measure.backends.ray_child import ChildLoad
 from llmperf.measure.workers import WorkerSpec, worker_main
+
+LOAD_IN = ("child", "actor")  # where an actor runs its load: LLMPERF_RAY_LOAD, the first by default
 
 # One thread runs the load; the others: the coordinator's waiting `take`, a clock probe and a
 # control message, none of them queued behind another.
@@ -46,14 +53,15 @@ _CLASS = None
 
 class LoadWorker:
     """One load generator on a node: `run` drives its share (llmperf/measure/workers.py's
-    worker_main); `take`, `tell`, `set_start` and `now_ns` answer the coordinator."""
+    worker_main) in a child process (`in_child`) or on this thread; `take`, `tell`,
+    `set_start` and `now_ns` answer the coordinator."""
 
-    def __init__(self, test_clock_offset_s: float = 0.0) -> None:
+    def __init__(self, test_clock_offset_s: float = 0.0, in_child: bool = True) -> None:
         self._shift_ns = round(test_clock_offset_s * 1e9)
-        self._outbox: list[tuple] = []
+        self._child = ChildLoad() if in_child else None
+        self._outbox: list[tuple | bytes] = []
         self._posted = threading.Condition()
         self._last_take = 0.0  # time.monotonic() when the coordinator last took them
-        self._node: str | None = None  # this worker's node, set in its records
         self._control: collections.deque[tuple] = collections.deque()
         self._start = _Start()
 
@@ -64,21 +72,30 @@ class LoadWorker:
     def node(self) -> str:
         import ray
 
-        self._node = ray.get_runtime_context().get_node_id()
-        return self._node
+        return ray.get_runtime_context().get_node_id()
+
+    def child_pid(self) -> int | None:
+        """The child process running the load, once started (None on this thread)."""
+        return self._child.pid if self._child is not None else None
 
     def run(self, spec: WorkerSpec, nice: int | None = None) -> None:
-        """worker_main on this thread, every thread of the actor at `nice` first (the
-        coordinator's priority; the actor is killed after the run, so nothing is restored):
-        the loop's priority goes to the coordinator in a message."""
+        """worker_main in the child (started from this thread, whose nice it inherits) or on
+        this thread, every thread of the actor at `nice` first (the coordinator's priority;
+        the actor is killed after the run, so nothing is restored): the loop's priority goes
+        to the coordinator in a message."""
         if nice is not None:
             self.put(("priority", spec.index, take_priority(nice)))
         # spec.origin_unix_ns is on this worker's clock; worker_main reads the host's own
         spec = replace(spec, origin_unix_ns=spec.origin_unix_ns - self._shift_ns)
-        worker_main(spec, self, _Inbox(self._control), self._start, self._start)
+        if self._child is not None:
+            self._child.run(spec, self.put)
+        else:
+            worker_main(spec, self, _Inbox(self._control), self._start, self._start)
 
-    def put(self, message: tuple) -> None:
-        """worker_main's results queue, on the load generator's loop: no pickling, no call."""
+    def put(self, message: tuple | bytes) -> None:
+        """A message for the coordinator: from the child, pickled (relayed as it came); on
+        this thread, worker_main's results queue on the load generator's loop (no pickling,
+        no call)."""
         with self._posted:
             self._outbox.append(message)
             self._posted.notify()
@@ -87,24 +104,32 @@ class LoadWorker:
         """The messages posted since the last take, in order, pickled: no sooner than
         `every_s` after the last take (a batch of batches: one wakeup of this thread and of
         the coordinator per `every_s`, not per message), then as soon as there is one, or
-        none after `wait_s`."""
+        none after `wait_s`. A message relayed from the child stays as it came, pickled:
+        the coordinator unpickles it (`taken`)."""
         time.sleep(max(0.0, self._last_take + every_s - time.monotonic()))
         with self._posted:
             if not self._outbox:
                 self._posted.wait(wait_s)
             messages, self._outbox = self._outbox, []
         self._last_take = time.monotonic()
-        for kind, _, payload in messages:
-            if kind == "records":  # here, not a dataclass copy of each in the coordinator
-                for record in payload:
-                    record.node = self._node
         return pickle.dumps(messages, protocol=pickle.HIGHEST_PROTOCOL)
 
     def tell(self, message: tuple) -> None:
-        self._control.append(message)
+        if self._child is not None:
+            self._child.tell(message)
+        else:
+            self._control.append(message)
 
     def set_start(self, start_s: float) -> None:
-        self._start.set(start_s)
+        if self._child is not None:
+            self._child.set_start(start_s)
+        else:
+            self._start.set(start_s)
+
+
+def taken(reply: bytes) -> list[tuple]:
+    """What one `take` returned: its messages, each (kind, worker, payload), in order."""
+    return [pickle.loads(m) if isinstance(m, bytes) else m for m in pickle.loads(reply)]
 
 
 def take_priority(nice: int) -> int:

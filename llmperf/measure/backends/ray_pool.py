@@ -6,7 +6,8 @@ their messages, and one thing Ray does not do: one clock.
 
 - **Placement.** One actor per worker, each in its own bundle of a SPREAD placement group,
   so the workers land on as many nodes as the cluster has (`node` in every record).
-- **Messages.** The load generator's loop makes no Ray call (backends/ray_actors.py): a
+- **Messages.** The load generator's loop makes no Ray call (backends/ray_actors.py); it
+  runs in a child process of the actor, as a local worker's loop does (ray_child.py), and a
   worker keeps its batched records and its ready/done/saturated/failed messages in its own
   outbox, and the coordinator keeps one `take` call per worker waiting on it, which returns
   them every POLL_S while there are any, in order (a worker's records before its "done"). The
@@ -29,7 +30,6 @@ import contextlib
 import logging
 import math
 import os
-import pickle
 import threading
 import time
 from collections.abc import Callable
@@ -37,9 +37,9 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from engines.base import Request
-from llmperf.errors import require
+from llmperf.errors import UsageError, require
 from llmperf.measure.backends.plan import LoadParts, LoadPlan
-from llmperf.measure.backends.ray_actors import actor_class
+from llmperf.measure.backends.ray_actors import LOAD_IN, actor_class, taken
 from llmperf.measure.client_cpu import CpuMeter
 from llmperf.measure.clock import ClockTrack, estimate_offset
 from llmperf.measure.loadgen import LoadResult
@@ -89,6 +89,15 @@ def lean_local(workers: int, cpus_per_worker: float) -> dict[str, Any]:
                                "worker_niceness": 0}}
 
 
+def load_in() -> str:
+    """Where each actor runs its load: `LLMPERF_RAY_LOAD` (child, the default, or actor: on
+    the actor's own thread, the design before, kept to compare the two)."""
+    where = os.environ.get("LLMPERF_RAY_LOAD", LOAD_IN[0])
+    if where not in LOAD_IN:
+        raise UsageError(f"LLMPERF_RAY_LOAD={where!r}: valid: {', '.join(LOAD_IN)}")
+    return where
+
+
 def _ray():
     return require("ray", "ray", "scenario.client.backend=ray")
 
@@ -112,6 +121,7 @@ class RayPool:
         cpus_per_worker: float = 1.0,
         clock_correction: bool = True,
         test_clock_offset_s: float = 0.0,
+        load_in: str = LOAD_IN[0],
     ) -> None:
         self.workers = workers
         self.engine_options = engine_options
@@ -125,6 +135,7 @@ class RayPool:
         self.cpus_per_worker = cpus_per_worker
         self.clock_correction = clock_correction
         self.test_clock_offset_s = test_clock_offset_s
+        self.load_in = load_in  # "child": each actor's load in a process of its own
         self.clocks: list[ClockTrack] = []
         self.lost: list[LostWorker] = []
         self.priorities: dict[int, int] = {}
@@ -139,7 +150,7 @@ class RayPool:
                    on_measure_start=parts.on_measure_start, event_loop=client.event_loop,
                    address=client.ray_address, cpus_per_worker=client.ray_cpus_per_worker,
                    clock_correction=client.clock_correction,
-                   test_clock_offset_s=client.test_clock_offset_s)
+                   test_clock_offset_s=client.test_clock_offset_s, load_in=load_in())
 
     def stop_sending(self, reason: str) -> None:
         self._tell_all(("stop_sending", reason))
@@ -189,7 +200,7 @@ class RayPool:
                     num_cpus=self.cpus_per_worker,
                     scheduling_strategy=PlacementGroupSchedulingStrategy(group, i),
                     name=f"llmperf-{os.getpid()}-worker-{i}",
-                ).remote(shifts[i])
+                ).remote(shifts[i], self.load_in == "child")
                 for i in range(n)
             ]
             nodes = ray.get([a.node.remote() for a in self._actors])
@@ -238,8 +249,9 @@ class RayPool:
                     for kind, _, payload in messages:
                         if kind == "records":
                             for record in payload:
+                                record.node = nodes[index]
                                 recorded[index].add(record.id)
-                                self.on_record(record)  # its node set by the worker
+                                self.on_record(record)
                         elif kind == "ready":
                             ready += 1
                         elif kind == "priority":
@@ -341,7 +353,7 @@ def _answers(ray, takes: dict, refused: dict[int, float]) -> list[tuple[int, lis
     for ref in done:
         index = takes.pop(ref)
         try:
-            answers.append((index, pickle.loads(ray.get(ref))))
+            answers.append((index, taken(ray.get(ref))))
         except Exception:  # RayActorError and the like
             refused[index] = time.perf_counter() + POLL_S
     return answers

@@ -1,0 +1,139 @@
+"""The ray backend's load in a child process of its actor (backends/ray_actors.py).
+
+The actor starts the process the local-processes backend starts (llmperf/measure/workers.py:
+spawned, `worker_main` with a results queue, a control queue, a go event and a start value)
+and only relays: the child's messages into the actor's outbox, still pickled (the
+coordinator unpickles them, as it does a local worker's), and the coordinator's control
+messages and start into the child. The load generator's loop then runs in a process like a
+local worker's, with none of Ray's threads (gRPC, the calls' executor threads, the event
+stats) beside it on its GIL; Ray still places the actor, counts its node's resources and
+notices a lost node.
+
+- **Its clock is the actor's.** The child stamps its records from `time.time_ns()` and
+  `time.perf_counter()` as a local worker does; CLOCK_REALTIME and CLOCK_MONOTONIC are
+  host-wide, so the offset the coordinator measures against the actor's `now_ns` is the
+  child's (tests/test_ray_child.py reads both).
+- **It dies with its actor.** On Linux the child asks for SIGKILL when the thread that
+  started it ends (PR_SET_PDEATHSIG), so a killed actor (`ray.kill`, a lost node) leaves no
+  load running; the coordinator records its in-flight requests as `worker lost`.
+- **Its priority is the actor's:** it inherits the nice of the thread that starts it, which
+  took the coordinator's first.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import multiprocessing as mp
+import multiprocessing.queues
+import os
+import pickle
+import queue
+import signal
+import sys
+from collections.abc import Callable
+
+from llmperf.measure.workers import WorkerSpec, worker_main
+
+PR_SET_PDEATHSIG = 1
+EXIT_WAIT_S = 30.0  # after its "done", the child's exit (its queues flushed) is waited this long
+
+
+class RelayQueue(multiprocessing.queues.Queue):
+    """The child's results queue; the actor reads each message as the bytes the child's
+    feeder thread pickled, without unpickling them."""
+
+    def __init__(self, ctx) -> None:
+        super().__init__(ctx=ctx)
+
+    def get_pickled(self, timeout: float) -> bytes:
+        """The next message, pickled; queue.Empty after `timeout`. One reader only."""
+        if not self._reader.poll(timeout):
+            raise queue.Empty
+        message = self._reader.recv_bytes()
+        self._sem.release()
+        return message
+
+
+class ChildLoad:
+    """One worker's load in a spawned child; the actor's side of its queues."""
+
+    def __init__(self) -> None:
+        self._ctx = mp.get_context("spawn")
+        self._results = RelayQueue(self._ctx)
+        self._control = self._ctx.Queue()
+        self._go = self._ctx.Event()
+        self._start_at = self._ctx.Value("d", 0.0)
+        self.pid: int | None = None
+
+    def tell(self, message: tuple) -> None:
+        self._control.put(message)
+
+    def set_start(self, start_s: float) -> None:
+        self._start_at.value = start_s
+        self._go.set()
+
+    def run(self, spec: WorkerSpec, post: Callable[[object], None]) -> None:
+        """Starts the child and relays its messages to `post` (pickled bytes) until its "done"
+        or "failed" (a child that exits without either is posted as failed)."""
+        child = self._ctx.Process(
+            target=child_main,
+            args=(os.getpid(), spec, self._results, self._control, self._go, self._start_at),
+            name=f"llmperf-worker-{spec.index}", daemon=True)
+        with _bare_main():
+            child.start()
+        self.pid = child.pid
+        try:
+            while True:
+                try:
+                    message = self._results.get_pickled(timeout=0.5)
+                except queue.Empty:
+                    if child.exitcode is not None:
+                        post(pickle.dumps(("failed", spec.index,
+                                           f"load worker process exited with code {child.exitcode}")))
+                        return
+                    continue
+                post(message)
+                if message_kind(message) in ("done", "failed"):
+                    return
+        finally:
+            child.join(timeout=EXIT_WAIT_S)
+            if child.is_alive():
+                child.kill()
+                child.join()
+
+
+def message_kind(pickled: bytes) -> str:
+    """The kind of a pickled (kind, index, payload) message. A batch of records, nearly every
+    message, is told by its first string (the kind, in the pickle's first bytes) and stays
+    unread; the few others are unpickled."""
+    if b"\x8c\x07records" in pickled[:32]:
+        return "records"
+    return pickle.loads(pickled)[0]
+
+
+def child_main(parent_pid: int, spec: WorkerSpec, results_q, control, go, start_at) -> None:
+    """In the child: die with the actor's thread that started it, then the local worker's
+    own `worker_main`."""
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != parent_pid:  # the actor died before the request took hold
+            return
+    worker_main(spec, results_q, control, go, start_at)
+
+
+@contextlib.contextmanager
+def _bare_main():
+    """spawn runs the parent's main script again in the child before the target; a Ray
+    worker's is Ray's default_worker.py, whose imports (all of Ray) take seconds and which the
+    child does not need. Hidden while the child starts (its preparation data is read in
+    start()), restored after."""
+    main = sys.modules.get("__main__")
+    hidden = main is not None and getattr(main, "__spec__", None) is None and "__file__" in vars(main)
+    path = vars(main).pop("__file__") if hidden else None
+    try:
+        yield
+    finally:
+        if hidden:
+            main.__file__ = path
