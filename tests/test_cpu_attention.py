@@ -117,11 +117,7 @@ print(json.dumps(errors))
 def test_the_portable_build_without_avx512_matches_eager(tmp_path):
     """The kernel's other half: plain 16-float arrays where the CPU has no AVX-512. Built for
     x86-64-v3 (AVX2) in a child process: one process holds one build of the operator."""
-    env = {**os.environ, cpu_ops.MARCH_ENV: "x86-64-v3", "PYTHONPATH": str(ROOT)}
-    done = subprocess.run([sys.executable, "-c", PORTABLE_CHECK], env=env, cwd=ROOT, capture_output=True,
-                          text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-2000:]
-    errors = json.loads(done.stdout.strip().splitlines()[-1])
+    errors = portable_errors(PORTABLE_CHECK)
     assert len(errors) == 8
     assert max(errors[:4]) < 2e-6  # fp32
     assert max(errors[4:]) < 2e-2  # bf16
@@ -143,3 +139,13 @@ def test_many_rows_go_a_sequence_a_job_and_still_match_eager(cpu_backend, thread
         torch.set_num_threads(before)
     want = get_backend("eager")(q, k_cache, v_cache, meta, 64**-0.5)
     torch.testing.assert_close(got.float(), want.float(), atol=TOLERANCE[dtype], rtol=0)
+
+
+def portable_errors(check: str) -> list[float]:
+    """`check`, a script printing a JSON list of errors last, run in a child process whose
+    C++ operators are built for x86-64-v3 (AVX2, no AVX-512): one process holds one build."""
+    env = {**os.environ, cpu_ops.MARCH_ENV: "x86-64-v3", "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-c", check], env=env, cwd=ROOT, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
