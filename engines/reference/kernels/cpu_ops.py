@@ -1,6 +1,8 @@
 """The C++ CPU operators (`kernels/cpu/ops.cpp`: `paged_decode` for `attention=cpu`, and
 `prefill.cpp`'s `causal_prefill` for its steps of fresh prompts;
-`rms_norm`, `add_rms_norm`, `rotary` and `silu_mul` for `engine.fused_ops`), built on first
+`rms_norm`, `add_rms_norm`, `rotary` and `silu_mul` for `engine.fused_ops`; `decode_bf16.cpp`,
+the decode kernel's bf16 path on AVX512_BF16; `gemm_bf16.cpp`'s bf16 Linears for
+`engine.cpu_bf16_matmul=kernel`), built on first
 use with torch's extension builder and loaded into the process as `torch.ops.llmperf.*`.
 
 The build needs a C++ compiler and ninja (`pip install ninja` brings the latter). It
@@ -23,7 +25,7 @@ import torch
 from engines.reference.cpu_layout import cpu_flags
 from llmperf.paths import cache_dir
 
-SOURCES = [Path(__file__).with_name("cpu") / name for name in ("ops.cpp", "prefill.cpp")]
+SOURCES = [Path(__file__).with_name("cpu") / name for name in ("ops.cpp", "prefill.cpp", "decode_bf16.cpp", "gemm_bf16.cpp")]
 HEADERS = [Path(__file__).with_name("cpu") / "vec.h"]
 MARCH_ENV = "LLMPERF_CPU_MARCH"  # -march for the build; native unless set (tests build x86-64-v3: no AVX-512)
 

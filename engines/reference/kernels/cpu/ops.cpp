@@ -114,6 +114,17 @@ void dispatch_head_dim(const torch::Tensor& q, const torch::Tensor& k_cache, con
                        const torch::Tensor& tables, const torch::Tensor& lens, torch::Tensor& out,
                        int64_t max_len, float scale) {
   const int64_t head_dim = q.size(2);
+#if defined(__AVX512BF16__)
+  if constexpr (std::is_same_v<T, c10::BFloat16>) {
+    if (head_dim == 64 || head_dim == 128 || head_dim == 256) {  // decode_bf16.cpp
+      paged_decode_bf16(static_cast<const T*>(q.data_ptr()), static_cast<const T*>(k_cache.data_ptr()),
+                        static_cast<const T*>(v_cache.data_ptr()), tables.data_ptr<int32_t>(),
+                        lens.data_ptr<int32_t>(), static_cast<T*>(out.data_ptr()), q.size(0), q.size(1),
+                        k_cache.size(2), head_dim, k_cache.size(1), tables.stride(0), max_len, scale, q.stride(0));
+      return;
+    }
+  }
+#endif
   auto kernel = head_dim == 64 ? decode<T, 4> : head_dim == 128 ? decode<T, 8> : decode<T, 0>;
   kernel(static_cast<const T*>(q.data_ptr()), static_cast<const T*>(k_cache.data_ptr()),
          static_cast<const T*>(v_cache.data_ptr()), tables.data_ptr<int32_t>(), lens.data_ptr<int32_t>(),

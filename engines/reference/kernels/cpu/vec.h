@@ -112,6 +112,55 @@ inline void vstore_as(T* p, Vec a) {
   for (int i = 0; i < kLanes; ++i) p[i] = st<T>(row[i]);
 }
 
+#if defined(__AVX512BF16__)
+// bf16 on a CPU with AVX512_BF16 (prefill.cpp, decode_bf16.cpp): `vdpbf16ps` adds two bf16
+// products into each fp32 lane.
+inline __m512bh as_bh(__m512i x) { return (__m512bh)x; }
+
+// e^x as Cephes' expf (a degree-6 polynomial on x - n ln2, |error| ~1 ulp), scaled by 2^n with
+// vscalefps, which gives 0 far below the range as expf does.
+inline __m512 exp512(__m512 x) {
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+  __m512 y = _mm512_set1_ps(1.9875691500e-4f);
+  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.3981999507e-3f));
+  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(8.3334519073e-3f));
+  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(4.1665795894e-2f));
+  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.6666665459e-1f));
+  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(5.0000001201e-1f));
+  y = _mm512_fmadd_ps(y, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.f)));
+  return _mm512_scalef_ps(y, n);
+}
+
+// A row's softmax numerators over keys [0, seen) of its scores s (unscaled), as bf16 into pr,
+// zero for keys [seen, n) and up to the next 16; returns their fp32 sum.
+inline float softmax_row_bf16(const float* s, int64_t seen, int64_t n, float scale, uint16_t* pr) {
+  const __m512 sc = _mm512_set1_ps(scale);
+  auto live = [&](int64_t j) {
+    return static_cast<__mmask16>(j + kLanes <= seen ? 0xFFFF : (j < seen ? (1u << (seen - j)) - 1 : 0));
+  };
+  __m512 top = _mm512_set1_ps(-INFINITY);
+  for (int64_t j = 0; j < seen; j += kLanes)
+    top = _mm512_mask_max_ps(top, live(j), top, _mm512_mul_ps(_mm512_loadu_ps(s + j), sc));
+  const __m512 m = _mm512_set1_ps(_mm512_reduce_max_ps(top));
+  __m512 total = _mm512_setzero_ps();
+  for (int64_t j = 0; j < n; j += kLanes) {
+    const __m512 e = _mm512_maskz_mov_ps(live(j), exp512(_mm512_fmsub_ps(_mm512_loadu_ps(s + j), sc, m)));
+    total = _mm512_add_ps(total, e);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(pr + j), (__m256i)_mm512_cvtneps_pbh(e));
+  }
+  return _mm512_reduce_add_ps(total);
+}
+
+// The paged decode of bf16 caches (decode_bf16.cpp); ops.cpp's paged_decode calls it.
+void paged_decode_bf16(const c10::BFloat16* q, const c10::BFloat16* k_cache, const c10::BFloat16* v_cache,
+                       const int32_t* tables, const int32_t* lens, c10::BFloat16* out, int64_t num_seqs,
+                       int64_t num_heads, int64_t num_kv_heads, int64_t head_dim, int64_t block_size,
+                       int64_t table_stride, int64_t max_len, float scale, int64_t q_stride);
+#endif
+
 template <typename F>
 void by_dtype(at::ScalarType dtype, const char* op, F&& f) {
   switch (dtype) {
