@@ -1,4 +1,5 @@
-"""bf16 Linears on CPUs without bf16 arithmetic (engines.reference.cpu_layout.WidenedLinear)."""
+"""bf16 Linears on CPUs without bf16 arithmetic (engines.reference.cpu_layout.WidenedLinear), and
+`cpu_bf16_matmul`'s choice among the paths (llmperf's own kernel: tests/test_cpu_gemm.py)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,17 @@ import torch.nn.functional as F
 from torch import nn
 
 from engines.reference import ReferenceEngine, cpu_layout
-from engines.reference.cpu_layout import WIDEN_MIN_ROWS, WidenedLinear, optimize_cpu_layout
+from engines.reference.cpu_layout import (
+    WIDEN_MIN_ROWS,
+    PairedLinear,
+    WidenedLinear,
+    bf16_pairs_missing,
+    optimize_cpu_layout,
+)
 from engines.reference.options import ReferenceEngineConfig
 from llmperf.errors import ConfigError
+
+KERNEL = bf16_pairs_missing() is None  # llmperf's bf16 Linear kernel runs here (AVX512_BF16)
 
 
 def _linear(bias: bool) -> nn.Linear:
@@ -68,18 +77,22 @@ def test_a_tied_table_stays_shared_with_the_widened_head():
     assert model.embed.weight is model.head.weight
 
 
-@pytest.mark.parametrize("cpuinfo, native", [
-    ("processor\t: 0\nflags\t\t: fpu avx512f avx512_bf16 avx512_vnni\n", True),
-    ("processor\t: 0\nflags\t\t: fpu avx512f amx_bf16 amx_tile\n", True),
-    ("processor\t: 0\nflags\t\t: fpu avx512f avx512_vnni avx512bw\n", False),
-    ("processor\t: 0\nFeatures\t: fp asimd bf16\n", True),  # no x86 flags line: left native
+@pytest.mark.parametrize("cpuinfo, native, auto", [
+    ("processor\t: 0\nflags\t\t: fpu avx512f avx512_bf16 avx512_vnni\n", True, "kernel"),
+    ("processor\t: 0\nflags\t\t: fpu avx512f avx512_bf16 amx_bf16 amx_tile\n", True, "native"),
+    ("processor\t: 0\nflags\t\t: fpu avx512f avx512_vnni avx512bw\n", False, "fp32"),
+    ("processor\t: 0\nFeatures\t: fp asimd bf16\n", True, "native"),  # no x86 flags line: left native
 ])
-def test_auto_widens_only_on_a_cpu_known_to_lack_bf16(monkeypatch, cpuinfo, native):
+def test_auto_widens_only_on_a_cpu_known_to_lack_bf16(monkeypatch, cpuinfo, native, auto):
+    """auto: llmperf's kernel on AVX512_BF16 (oneDNN's AMX tiles where there are some), fp32
+    where the CPU has no bf16 arithmetic, native otherwise; never the kernel under compile."""
     monkeypatch.setattr(cpu_layout.Path, "read_text", lambda self, *a, **k: cpuinfo)
+    monkeypatch.setattr(cpu_layout, "bf16_pairs_missing", lambda: None)  # as if the ops built for it
     cpu_layout.has_bf16_arithmetic.cache_clear()
     try:
         assert cpu_layout.has_bf16_arithmetic() is native
-        assert cpu_layout.resolve_bf16_matmul("auto") == ("native" if native else "fp32")
+        assert cpu_layout.resolve_bf16_matmul("auto") == auto
+        assert cpu_layout.resolve_bf16_matmul("auto", compile=True) == ("native" if native else "fp32")
         assert cpu_layout.resolve_bf16_matmul("native") == "native"
         assert cpu_layout.resolve_bf16_matmul("fp32") == "fp32"
     finally:
@@ -89,7 +102,7 @@ def test_auto_widens_only_on_a_cpu_known_to_lack_bf16(monkeypatch, cpuinfo, nati
 def test_both_paths_pick_the_same_greedy_tokens_and_info_says_which_ran():
     prompts = [[3, 4, 5, 6, 7, 8, 9, 10] * 4, [11, 12, 13] * 5, [20, 21] * 9]
     tokens = {}
-    for choice in ("native", "fp32"):
+    for choice in ("native", "fp32", "kernel") if KERNEL else ("native", "fp32"):
         # sdpa, unfused: on the C++ decode kernel with the fused ops the first prompt's second
         # token is a tie in bf16 (logits of 497 and 36 equal under fp32 matmuls, 0.0625 apart
         # under native ones), which either path may break; this test is about the matmuls
@@ -102,9 +115,10 @@ def test_both_paths_pick_the_same_greedy_tokens_and_info_says_which_ran():
         assert info["matmul_dtype"] == ("float32" if choice == "fp32" else "bfloat16")
         widened = sum(isinstance(m, WidenedLinear) for m in engine.model.modules())
         assert (widened > 0) == (choice == "fp32")
+        assert any(isinstance(m, PairedLinear) for m in engine.model.modules()) == (choice == "kernel")
         outs = engine.generate(prompts, max_tokens=12, ignore_eos=True)
         tokens[choice] = [o.token_ids for o in outs]
-    assert tokens["native"] == tokens["fp32"]
+    assert tokens["native"] == tokens["fp32"] == tokens.get("kernel", tokens["native"])
 
 
 def test_a_compiled_model_is_not_widened_and_says_so():

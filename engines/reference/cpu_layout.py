@@ -31,6 +31,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from llmperf.errors import ConfigError
+
 PACK_BATCH_HINT = 8  # oneDNN picks its blocking for this many rows; 1..64 measured alike at batch 1
 WIDEN_MIN_ROWS = 8  # bf16 without bf16 arithmetic: fp32 from 8 rows on (at 3-4 rows a wash)
 WIDEN_CHUNK_ELEMENTS = 1 << 22  # weight elements widened at a time: a 16 MB fp32 scratch buffer
@@ -114,11 +116,56 @@ def cpu_flags() -> list[str] | None:
                  if line.startswith("flags") and ":" in line), None)
 
 
-def resolve_bf16_matmul(choice: str) -> str:
-    """`cpu_bf16_matmul` as used: auto becomes native or fp32 by this CPU's flags."""
+def resolve_bf16_matmul(choice: str, compile: bool = False) -> str:
+    """`cpu_bf16_matmul` as used: auto becomes kernel, native or fp32 by this CPU's flags (kernel
+    on AVX512_BF16 without AMX, where oneDNN's tiles are faster, and not under torch.compile,
+    which cannot trace its weights; native there). kernel where the C++ ops cannot run is a
+    ConfigError."""
+    if choice == "kernel" or (choice == "auto" and not compile and kernel_suits()):
+        why = bf16_pairs_missing()
+        if why is None:
+            return "kernel"
+        if choice == "kernel":
+            raise ConfigError("cpu_bf16_matmul", choice, why)
     if choice != "auto":
         return choice
     return "native" if has_bf16_arithmetic() else "fp32"
+
+
+def kernel_suits() -> bool:
+    flags = cpu_flags() or []
+    return "avx512_bf16" in flags and "amx_bf16" not in flags
+
+
+def bf16_pairs_missing() -> str | None:
+    """None where the bf16 Linear kernel (kernels/cpu/gemm_bf16.cpp) runs here, else why not."""
+    from engines.reference.kernels.cpu_ops import KernelBuildError, cpu_ops
+
+    try:
+        ops, _ = cpu_ops()
+    except KernelBuildError as exc:
+        return str(exc)
+    return None if ops.bf16_pairs_built() else "the C++ ops were built without AVX512_BF16"
+
+
+class PairedLinear(nn.Module):
+    """A bf16 linear layer multiplied by llmperf's own kernel (kernels/cpu/gemm_bf16.cpp): the
+    weight packed once into panels of 32 output columns, each lane a column's pair of adjacent
+    inputs, which `vdpbf16ps` multiplies with a row's pair in one instruction. Its outputs are
+    bitwise oneDNN's (the same fp32 sums in the same order, the same rounding); at a decode
+    step's 64 rows it is 1.2x faster (docs/kernels.md)."""
+
+    def __init__(self, linear: nn.Linear):
+        super().__init__()
+        from engines.reference.kernels.cpu_ops import cpu_ops
+
+        ops, _ = cpu_ops()
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        self.weight = nn.Parameter(ops.pack_bf16_pairs(linear.weight.detach()), requires_grad=False)
+        self.bias = None if linear.bias is None else nn.Parameter(linear.bias.detach(), requires_grad=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.ops.llmperf.linear_bf16_pairs(x, self.weight, self.out_features, self.bias)
 
 
 @functools.cache
@@ -139,7 +186,7 @@ def can_pack(dtype: torch.dtype) -> bool:
 @torch.no_grad()
 def optimize_cpu_layout(model: nn.Module, bf16_matmul: str = "native") -> None:
     """Pack every float nn.Linear for oneDNN (else store it column-major), in place; with
-    `bf16_matmul="fp32"`, bf16 ones become WidenedLinear instead.
+    `bf16_matmul="fp32"`, bf16 ones become WidenedLinear instead, with "kernel" PairedLinear.
 
     Quantized layers are left alone (they have kernels of their own). Call it
     last, after loading, sharding and quantizing: packed weights are opaque.
@@ -153,15 +200,16 @@ def optimize_cpu_layout(model: nn.Module, bf16_matmul: str = "native") -> None:
         for name, child in list(parent.named_children()):
             if type(child) is not nn.Linear:
                 continue
+            pairs = bf16_matmul == "kernel" and child.weight.dtype == torch.bfloat16 and child.in_features % 2 == 0
             if bf16_matmul == "fp32" and child.weight.dtype == torch.bfloat16:
                 widened = WidenedLinear(child)
                 if child.weight is tied_table:
                     embedding.weight = widened.weight  # the lookup reads the same (strided) table
                 setattr(parent, name, widened)
-            elif can_pack(child.weight.dtype):
+            elif can_pack(child.weight.dtype) or pairs:
                 if child.weight is tied_table:
                     head_packed = True
-                setattr(parent, name, PackedLinear(child))
+                setattr(parent, name, PairedLinear(child) if pairs else PackedLinear(child))
             else:
                 weight = nn.Parameter(_column_major(child.weight), requires_grad=False)
                 if child.weight is tied_table:
@@ -181,4 +229,4 @@ def _column_major(w: torch.Tensor) -> torch.Tensor:
 
 
 def has_opaque_weights(model: nn.Module) -> bool:
-    return any(isinstance(m, PackedLinear) for m in model.modules())
+    return any(isinstance(m, (PackedLinear, PairedLinear)) for m in model.modules())

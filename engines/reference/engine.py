@@ -71,7 +71,8 @@ class ReferenceEngine(ThreadedEngine, OfflineAPI):
         self.max_model_len = resolve_max_model_len(self.config.max_position_embeddings, opts.max_model_len)
         # What the other ranks build from, and what info() reports: the options as resolved.
         self.options = {**asdict(opts), "model": model, "max_model_len": self.max_model_len,
-                        "cpu_bf16_matmul": resolve_bf16_matmul(opts.cpu_bf16_matmul),
+                        "cpu_bf16_matmul": resolve_bf16_matmul(opts.cpu_bf16_matmul, opts.compile)
+                        if self.device.type == "cpu" else opts.cpu_bf16_matmul,
                         "cpu_malloc": apply_cpu_malloc(opts.cpu_malloc) if self.device.type == "cpu" else "default",
                         "cpu_huge_pages": resolve_huge_pages(opts.cpu_huge_pages, self.device.type)}
         del self.options["name"]

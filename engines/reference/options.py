@@ -10,7 +10,7 @@ from engines.reference.fast_path import FUSED_CHOICES, normalize_fused
 from llmperf.errors import ConfigError
 from llmperf.options import check_choice, check_positive, option
 
-CPU_BF16_MATMULS = ("auto", "native", "fp32")
+CPU_BF16_MATMULS = ("auto", "native", "fp32", "kernel")
 CPU_MALLOCS = ("tuned", "default")
 CPU_HUGE_PAGES = ("auto", "true", "false")
 
@@ -42,8 +42,9 @@ class ReferenceEngineConfig(EngineConfig):
     cpu_bf16_matmul: str = option(
         "auto",
         "bf16 Linears on CPU: native (oneDNN's bf16 kernels), fp32 (bf16 weights widened to fp32"
-        " per call in steps of 8+ rows), auto (fp32 where the CPU has no bf16 arithmetic:"
-        " no AVX512_BF16 or AMX); info() reports the one used",
+        " per call in steps of 8+ rows), kernel (llmperf's vdpbf16ps kernel, AVX512_BF16; bitwise"
+        " oneDNN's results), auto (kernel on AVX512_BF16 without AMX where the C++ ops build, fp32"
+        " where the CPU has no bf16 arithmetic, else native); info() reports the one used",
     )
     cpu_malloc: str = option(
         "tuned",
