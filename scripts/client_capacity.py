@@ -34,24 +34,33 @@ requests at once as it can send (`--request-rate inf`), and the rate it carries 
 for the default client's capacity.
 
 `--alternate` compares backends instead of searching: one trial per backend in turn at each
-`--rates` rate, `--repeats` times, in this one process (`ray:actor` is the ray backend with
-each actor's load on an actor thread, `LLMPERF_RAY_LOAD=actor`; `ray`, in its child process):
+`--rates` rate, `--repeats` times, in this one process, with the p99 ratios paired by repeat.
+`ray` is the ray backend (each actor's load in its child process), `ray:actor` with the load
+on an actor thread (`LLMPERF_RAY_LOAD=actor`), `ray:relay` with a thread of each actor
+relaying its child's messages (`LLMPERF_RAY_RELAY=thread`), `ray:poll50` taking them every
+0.05 s (ray_pool.POLL_S, 0.1 s). A local Ray is started, as for `--backend ray`, before each
+member that needs it and shut down before `processes`, which runs with no Ray on the host;
+`processes+ray` runs beside that Ray idle (no actor), `processes+calls` beside the ray
+backend's traffic with no load behind it (ray_calls):
 
-    python scripts/client_capacity.py --workers 2 --alternate processes ray ray:actor \
-        --rates 6200 9300 --repeats 4
+    python scripts/client_capacity.py --workers 2 --alternate processes processes+ray \
+        processes+calls ray --rates 6200 9300 --repeats 6
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import io
 import json
 import math
 import os
+import pickle
 import socket
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -184,18 +193,113 @@ def capacity(args, base_url: str | None, workers: int) -> float:
     return held or 0.0
 
 
+# --alternate's members: the backend, the Ray beside it (none, or as `--backend ray` starts
+# it) and the environment its trials run in
+MEMBERS = {"processes": ("processes", False, {}),
+           "processes+ray": ("processes", True, {}),
+           "processes+calls": ("processes", True, {}),  # and ray_calls beside it
+           "ray": ("ray", True, {}),
+           "ray:actor": ("ray", True, {"LLMPERF_RAY_LOAD": "actor"}),
+           "ray:relay": ("ray", True, {"LLMPERF_RAY_RELAY": "thread"}),
+           "ray:poll50": ("ray", True, {})}  # ray_pool.POLL_S at 0.05 s, RECORDS_FLUSH_S
+
+
+def ray_running(wanted: bool) -> None:
+    """A local Ray started (as for `--backend ray`) or shut down, whichever is `wanted`."""
+    import ray
+
+    if wanted and not ray.is_initialized():
+        ray.init(address="local", include_dashboard=False, log_to_driver=False,
+                 logging_level="ERROR")
+    elif not wanted and ray.is_initialized():
+        ray.shutdown()
+
+
+RECORD_BYTES = 207  # a record in a worker's batch, pickled (2 output tokens): 64 KB a take at 6200
+
+
+class Answerer:
+    """An actor that answers like a LoadWorker's `take`, with no load behind it."""
+
+    def __init__(self, nice: int) -> None:
+        from llmperf.measure.backends.ray_actors import take_priority
+
+        take_priority(nice)  # as a LoadWorker lifts itself
+
+    def take(self, size: int, every_s: float) -> bytes:
+        time.sleep(every_s)
+        return pickle.dumps([bytes(size)], protocol=pickle.HIGHEST_PROTOCOL)
+
+
+@contextlib.contextmanager
+def ray_calls(workers: int, rate_rps: float):
+    """The ray backend's traffic without its load (`processes+calls`): an Answerer per worker
+    at this process's nice, and a thread here keeping one `take` waiting on each as the
+    backend's coordinator does (ray_pool.py: POLL_S, the same waits), each answered with the
+    bytes that worker's records take at `rate_rps`, unpickled here."""
+    import ray
+
+    from llmperf.measure.backends.ray_pool import POLL_S
+
+    size = round(RECORD_BYTES * rate_rps / workers * POLL_S)
+    answerer = ray.remote(max_concurrency=4)(Answerer)
+    actors = [answerer.remote(os.getpriority(os.PRIO_PROCESS, 0)) for _ in range(workers)]
+    ray.get([a.take.remote(0, 0.0) for a in actors])  # started
+    stop = threading.Event()
+
+    def calls() -> None:
+        takes: dict = {}
+        while not stop.is_set():
+            for i, actor in enumerate(actors):
+                if i not in takes.values():
+                    takes[actor.take.remote(size, POLL_S)] = i
+            ray.wait(list(takes), num_returns=1, timeout=POLL_S)
+            for ref in ray.wait(list(takes), num_returns=len(takes), timeout=0)[0]:
+                del takes[ref]
+                pickle.loads(ray.get(ref))
+
+    thread = threading.Thread(target=calls, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+        for actor in actors:
+            ray.kill(actor)
+
+
+@contextlib.contextmanager
+def poll_s(every_s: float | None):
+    """The ray backend's coordinator taking each worker's messages every `every_s` (POLL_S)."""
+    from llmperf.measure.backends import ray_pool
+
+    kept = ray_pool.POLL_S
+    ray_pool.POLL_S = every_s or kept
+    try:
+        yield
+    finally:
+        ray_pool.POLL_S = kept
+
+
 def alternate(args, base_url: str | None) -> dict:
     """One trial per backend in turn, at each rate, `--repeats` times: dispatch lag p50 / p99."""
     trials: dict[str, list[dict]] = {}
     for k in range(args.repeats):
         for rate in args.rates:
             for backend in args.alternate:
-                args.backend, _, where = backend.partition(":")
-                os.environ["LLMPERF_RAY_LOAD"] = where or "child"
+                args.backend, beside, env = MEMBERS[backend]
+                ray_running(beside)
+                for name in ("LLMPERF_RAY_LOAD", "LLMPERF_RAY_RELAY"):
+                    os.environ.pop(name, None)
+                os.environ.update(env)
                 out = args.output_dir / f"trial-{k:02d}_rate-{rate:.0f}_{backend.replace(':', '-')}"
-                t = trial(args, base_url, args.workers[0], rate, out)
+                calls = (ray_calls(args.workers[0], rate) if backend == "processes+calls"
+                         else contextlib.nullcontext())
+                with calls, poll_s(0.05 if backend == "ray:poll50" else None):
+                    t = trial(args, base_url, args.workers[0], rate, out)
                 trials.setdefault(f"{backend} {rate:.0f}", []).append(t)
-                print(f"  {backend:10s} rate={rate:8.1f} req/s  dispatch lag p50 "
+                print(f"  {backend:15s} rate={rate:8.1f} req/s  dispatch lag p50 "
                       f"{t['dispatch_lag_p50_ms']:6.3f} ms  p99 {t['dispatch_lag_p99_ms']:6.2f} ms  served "
                       f"{t['served_rps'] or 0:7.1f} req/s  failed {t['failed']}"
                       f"{'  saturated' if t['saturated'] else ''}", flush=True)
@@ -203,7 +307,20 @@ def alternate(args, base_url: str | None) -> dict:
     for key, ts in trials.items():
         p99 = sorted(t["dispatch_lag_p99_ms"] for t in ts)
         print(f"  {key:20s} {statistics.median(p99):7.2f}  ({p99[0]:.2f}-{p99[-1]:.2f})")
+    first = args.alternate[0]
+    print(f"\np99 against {first}'s in the same repeat: the median ratio, pairs lower than {first}'s:")
+    for rate in args.rates:
+        for backend in args.alternate[1:]:
+            ratio, lower = paired(trials[f"{backend} {rate:.0f}"], trials[f"{first} {rate:.0f}"])
+            print(f"  {backend} {rate:.0f}".ljust(22) + f" {ratio:6.2f}x  {lower} of {args.repeats}")
     return trials
+
+
+def paired(trials: list[dict], against: list[dict]) -> tuple[float, int]:
+    """Trial by trial (the same repeat): the median of the p99 ratios, and how many are lower."""
+    ratios = [t["dispatch_lag_p99_ms"] / a["dispatch_lag_p99_ms"]
+              for t, a in zip(trials, against, strict=True)]
+    return statistics.median(ratios), sum(r < 1 for r in ratios)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -225,7 +342,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--tolerance", type=float, default=0.1)
     parser.add_argument("--max-trials", type=int, default=7)
     parser.add_argument("--alternate", nargs="+", default=None,
-                        choices=("processes", "ray", "ray:actor"),
+                        choices=list(MEMBERS),
                         help="instead of a search: these backends in turn at each --rates rate")
     parser.add_argument("--rates", type=float, nargs="+", default=[6200.0, 9300.0])
     parser.add_argument("--repeats", type=int, default=4)
@@ -236,11 +353,8 @@ def main(argv: list[str] | None = None) -> None:
         parser.error("--workers must be >= 1, --threshold-ms and --duration-s > 0")
     if args.alternate and (len(args.workers) != 1 or args.repeats < 1 or min(args.rates) <= 0):
         parser.error("--alternate takes one --workers count, --repeats >= 1 and --rates > 0")
-    if args.backend == "ray" or any(b.startswith("ray") for b in args.alternate or ()):
-        import ray
-
-        ray.init(address="local", include_dashboard=False, log_to_driver=False,
-                 logging_level="ERROR")
+    if args.backend == "ray" and not args.alternate:
+        ray_running(True)
     server, base_url = None, None
     if args.engine != "synthetic":
         port = free_port()

@@ -32,13 +32,23 @@ def spec(n: int, rate_rps: float, index: int = 1) -> WorkerSpec:
 
 
 class Actor:
-    """What the actor does with a ChildLoad: relays its messages, sets the start on "ready"."""
+    """What the actor does with a ChildLoad: runs it on one thread and takes its messages on
+    another every 0.1 s, as the coordinator's takes do (or, with `relay`, finds them relayed);
+    sets the start on "ready"."""
 
-    def __init__(self, spec: WorkerSpec) -> None:
-        self.spec, self.child = spec, ChildLoad()
+    def __init__(self, spec: WorkerSpec, relay: bool = False) -> None:
+        self.spec, self.child = spec, ChildLoad(relay)
         self.origin_s = perf_origin(spec.origin_unix_ns)  # the run's origin on this clock
         self.got: list[tuple[float, bytes]] = []  # (seconds from the origin at receipt, message)
-        self.thread = threading.Thread(target=self.child.run, args=(spec, self.post), daemon=True)
+        self.thread = threading.Thread(target=self.drive, daemon=True)
+
+    def drive(self) -> None:
+        runner = threading.Thread(target=self.child.run, args=(self.spec, self.post), daemon=True)
+        runner.start()
+        while not self.got or message_kind(self.got[-1][1]) not in ("done", "failed"):
+            time.sleep(0.1)
+            self.child.drain(self.post, 1.0)
+        runner.join()
 
     def post(self, message: bytes) -> None:
         self.got.append((time.perf_counter() - self.origin_s, message))
@@ -55,8 +65,9 @@ class Actor:
         return [pickle.loads(m) for _, m in self.got]
 
 
-def test_the_child_runs_its_share_and_its_messages_come_back_pickled_in_order():
-    actor = Actor(spec(100, 200.0))
+@pytest.mark.parametrize("relay", [False, True], ids=["read-by-take", "relayed"])
+def test_the_child_runs_its_share_and_its_messages_come_back_pickled_in_order(relay):
+    actor = Actor(spec(100, 200.0), relay)
     actor.thread.start()
     actor.thread.join(timeout=120)
     assert not actor.thread.is_alive()
@@ -79,6 +90,33 @@ def test_the_child_runs_its_share_and_its_messages_come_back_pickled_in_order():
     gaps = [received[r.id] - r.end_s for r in records]
     assert 0 < min(gaps) and max(gaps) < 1.0, (min(gaps), max(gaps))
     assert all(r.dispatch_s >= result.measure_start_s + float(r.id[1:]) / 200.0 for r in records)
+
+
+def test_the_childs_messages_wait_in_its_pipe_until_a_take_reads_them_all_in_order():
+    child, share = ChildLoad(), spec(600, 200.0)
+    got: list[bytes] = []
+    runner = threading.Thread(target=child.run, args=(share, got.append), daemon=True)
+    runner.start()
+    deadline = time.monotonic() + 60
+    while not got:  # "ready"
+        assert time.monotonic() < deadline, "the child never said ready"
+        child.drain(got.append, 0.5)
+    child.set_start(time.perf_counter() - perf_origin(share.origin_unix_ns))
+    time.sleep(1.5)  # its loop sends 300 requests meanwhile; nothing reads its pipe
+    assert len(got) == 1 and runner.is_alive()
+    child.drain(got.append, 0.0)  # one take: every batch sent so far, at once
+    batches = [pickle.loads(m) for m in got[1:]]
+    assert len(batches) >= 10 and {kind for kind, _, _ in batches} == {"records"}
+    while message_kind(got[-1]) != "done":
+        child.drain(got.append, 1.0)
+    runner.join(timeout=30)
+    assert not runner.is_alive()
+    messages = [pickle.loads(m) for m in got]
+    ids = [r.id for kind, _, batch in messages if kind == "records" for r in batch]
+    assert sorted(ids) == sorted(f"r{k}" for k in range(600)) and len(set(ids)) == 600
+    assert messages[-1][2].num_dispatched == 600
+    child.drain(got.append, 0.0)  # after its "done", nothing more
+    assert len(got) == len(messages)
 
 
 def read_clocks(out) -> None:
@@ -173,6 +211,19 @@ def test_where_the_load_runs_is_child_by_default_and_a_bad_value_names_the_valid
     monkeypatch.setenv("LLMPERF_RAY_LOAD", "thread")
     with pytest.raises(UsageError, match="LLMPERF_RAY_LOAD='thread': valid: child, actor"):
         load_in()
+
+
+def test_the_childs_messages_are_read_by_the_take_by_default_and_a_bad_value_names_the_valid_ones(
+        monkeypatch):
+    from llmperf.measure.backends.ray_pool import relay
+
+    monkeypatch.delenv("LLMPERF_RAY_RELAY", raising=False)
+    assert relay() == "take"
+    monkeypatch.setenv("LLMPERF_RAY_RELAY", "thread")
+    assert relay() == "thread"
+    monkeypatch.setenv("LLMPERF_RAY_RELAY", "actor")
+    with pytest.raises(UsageError, match="LLMPERF_RAY_RELAY='actor': valid: take, thread"):
+        relay()
 
 
 # A coordinator on a Ray it starts itself (ray_address=local): 2 workers, 20 s of load; once

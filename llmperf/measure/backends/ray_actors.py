@@ -1,18 +1,20 @@
 """The Ray actor of the ray backend (ray_pool.py): the worker that runs one share of the load
 (llmperf/measure/workers.py's worker_main) while its other threads answer the coordinator.
-The load runs in a child process of the actor, as a local worker's does, and the actor
-relays (backends/ray_child.py); with `LLMPERF_RAY_LOAD=actor` it runs on one of the actor's
-own threads instead, beside Ray's, the design before (docs/sizing.md compares the two).
+The load runs in a child process of the actor, as a local worker's does (backends/
+ray_child.py); with `LLMPERF_RAY_LOAD=actor` it runs on one of the actor's own threads
+instead, beside Ray's, the design before (docs/sizing.md compares the two).
 
 The load generator's loop makes no Ray call. Its messages (the priority it got, batches of
-records every RECORDS_FLUSH_S, ready, saturated, done, failed) go into the actor's own outbox,
-a list under a lock; the coordinator keeps one `take` call waiting on it, which returns them,
-pickled (a child's as its queue pickled them), every POLL_S (ray_pool.py) while there are
-any. Its control messages (stop sending, interrupt, another worker's saturation) and the
-measured phase's start arrive as calls on those other threads too, which pass them on to the
-child's queues (or leave them in memory for a loop on the actor's thread). A Ray call submitted from the
-loop took 0.6-1.0 ms at the median and 3-4 ms at the p99 there, a put into the outbox
-0.02-0.05 ms (docs/sizing.md, "Ray actors and local processes on one host").
+records every RECORDS_FLUSH_S, ready, saturated, done, failed) wait in the child's pipe, or,
+from this process, in the actor's own outbox (a list under a lock); the coordinator keeps
+one `take` call waiting, which every POLL_S (ray_pool.py) reads the pipe and returns them
+all, pickled (a child's as its queue pickled them), while there are any: one wakeup of the
+actor per take, none per message (`LLMPERF_RAY_RELAY=thread` has a thread relay each as it
+comes instead, the design before). Its control messages (stop sending, interrupt, another
+worker's saturation) and the measured phase's start arrive as calls on those other threads
+too, which pass them on to the child's queues (or leave them in memory for a loop on the
+actor's thread). A Ray call submitted from the loop took 0.6-1.0 ms at the median and 3-4 ms
+at the p99 there, a put into the outbox 0.02-0.05 ms.
 
 The load runs at the coordinator's priority, not Ray's: a raylet starts its workers
 `worker_niceness` (15 by default) nicer than itself, and on a host the coordinator shares
@@ -56,9 +58,10 @@ class LoadWorker:
     worker_main) in a child process (`in_child`) or on this thread; `take`, `tell`,
     `set_start` and `now_ns` answer the coordinator."""
 
-    def __init__(self, test_clock_offset_s: float = 0.0, in_child: bool = True) -> None:
+    def __init__(self, test_clock_offset_s: float = 0.0, in_child: bool = True,
+                 relay: bool = False) -> None:
         self._shift_ns = round(test_clock_offset_s * 1e9)
-        self._child = ChildLoad() if in_child else None
+        self._child = ChildLoad(relay) if in_child else None
         self._outbox: list[tuple | bytes] = []
         self._posted = threading.Condition()
         self._last_take = 0.0  # time.monotonic() when the coordinator last took them
@@ -93,22 +96,25 @@ class LoadWorker:
             worker_main(spec, self, _Inbox(self._control), self._start, self._start)
 
     def put(self, message: tuple | bytes) -> None:
-        """A message for the coordinator: from the child, pickled (relayed as it came); on
-        this thread, worker_main's results queue on the load generator's loop (no pickling,
-        no call)."""
+        """A message for the coordinator: from the child, pickled (read as it came); on this
+        thread, worker_main's results queue on the load generator's loop (no pickling, no
+        call)."""
         with self._posted:
             self._outbox.append(message)
             self._posted.notify()
 
     def take(self, wait_s: float, every_s: float) -> bytes:
-        """The messages posted since the last take, in order, pickled: no sooner than
-        `every_s` after the last take (a batch of batches: one wakeup of this thread and of
-        the coordinator per `every_s`, not per message), then as soon as there is one, or
-        none after `wait_s`. A message relayed from the child stays as it came, pickled:
-        the coordinator unpickles it (`taken`)."""
+        """The messages posted since the last take and those in the child's pipe, in order,
+        pickled: no sooner than `every_s` after the last take (a batch of batches: one wakeup
+        of this thread and of the coordinator per `every_s`, not per message), then as soon
+        as there is one, or none after `wait_s`. A message from the child stays as it came,
+        pickled: the coordinator unpickles it (`taken`)."""
         time.sleep(max(0.0, self._last_take + every_s - time.monotonic()))
+        read_here = self._child is not None and not self._child.relay
+        if read_here:  # the child's pipe, waiting on it if nothing else is posted
+            self._child.drain(self.put, 0.0 if self._outbox else wait_s)
         with self._posted:
-            if not self._outbox:
+            if not self._outbox and not read_here:
                 self._posted.wait(wait_s)
             messages, self._outbox = self._outbox, []
         self._last_take = time.monotonic()

@@ -2,12 +2,12 @@
 
 The actor starts the process the local-processes backend starts (llmperf/measure/workers.py:
 spawned, `worker_main` with a results queue, a control queue, a go event and a start value)
-and only relays: the child's messages into the actor's outbox, still pickled (the
-coordinator unpickles them, as it does a local worker's), and the coordinator's control
-messages and start into the child. The load generator's loop then runs in a process like a
-local worker's, with none of Ray's threads (gRPC, the calls' executor threads, the event
-stats) beside it on its GIL; Ray still places the actor, counts its node's resources and
-notices a lost node.
+and only passes messages on: the child's, read from its pipe by the coordinator's `take`
+and returned still pickled (the coordinator unpickles them, as it does a local worker's),
+and the coordinator's control messages and start into the child. The load generator's loop
+then runs in a process like a local worker's, with none of Ray's threads (gRPC, the calls'
+executor threads, the event stats) beside it on its GIL; Ray still places the actor, counts
+its node's resources and notices a lost node.
 
 - **Its clock is the actor's.** The child stamps its records from `time.time_ns()` and
   `time.perf_counter()` as a local worker does; CLOCK_REALTIME and CLOCK_MONOTONIC are
@@ -25,12 +25,15 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import multiprocessing as mp
+import multiprocessing.connection
 import multiprocessing.queues
 import os
 import pickle
 import queue
 import signal
 import sys
+import threading
+import time
 from collections.abc import Callable
 
 from llmperf.measure.workers import WorkerSpec, worker_main
@@ -46,6 +49,10 @@ class RelayQueue(multiprocessing.queues.Queue):
     def __init__(self, ctx) -> None:
         super().__init__(ctx=ctx)
 
+    def reader(self):
+        """The pipe's reading end (a Connection), to wait on."""
+        return self._reader
+
     def get_pickled(self, timeout: float) -> bytes:
         """The next message, pickled; queue.Empty after `timeout`. One reader only."""
         if not self._reader.poll(timeout):
@@ -56,14 +63,24 @@ class RelayQueue(multiprocessing.queues.Queue):
 
 
 class ChildLoad:
-    """One worker's load in a spawned child; the actor's side of its queues."""
+    """One worker's load in a spawned child; the actor's side of its queues.
 
-    def __init__(self) -> None:
+    Its messages are read by `drain`, which the actor's `take` calls: the child's pipe is read
+    when the coordinator asks, one wakeup of the actor per take. With `relay` (the design
+    before, `LLMPERF_RAY_RELAY=thread`), `run`'s thread reads them as they come instead, one
+    wakeup per message, and `drain` finds them posted. The child's feeder thread, not its
+    loop, waits while the pipe is full."""
+
+    def __init__(self, relay: bool = False) -> None:
         self._ctx = mp.get_context("spawn")
         self._results = RelayQueue(self._ctx)
         self._control = self._ctx.Queue()
         self._go = self._ctx.Event()
         self._start_at = self._ctx.Value("d", 0.0)
+        self.relay = relay
+        self._reading = threading.Lock()  # one reader of the pipe at a time
+        self._ended = False  # its "done" or "failed" was read, or its exit posted as failed
+        self._process = None
         self.pid: int | None = None
 
     def tell(self, message: tuple) -> None:
@@ -73,34 +90,55 @@ class ChildLoad:
         self._start_at.value = start_s
         self._go.set()
 
-    def run(self, spec: WorkerSpec, post: Callable[[object], None]) -> None:
-        """Starts the child and relays its messages to `post` (pickled bytes) until its "done"
-        or "failed" (a child that exits without either is posted as failed)."""
+    def run(self, spec: WorkerSpec, post: Callable[[bytes], None]) -> None:
+        """Starts the child and returns once it has exited (killed if it outlives its "done"
+        or "failed" by EXIT_WAIT_S); one that exits without either is posted as failed."""
         child = self._ctx.Process(
             target=child_main,
             args=(os.getpid(), spec, self._results, self._control, self._go, self._start_at),
             name=f"llmperf-worker-{spec.index}", daemon=True)
         with _bare_main():
             child.start()
-        self.pid = child.pid
+        self._process, self.pid = child, child.pid
         try:
-            while True:
-                try:
-                    message = self._results.get_pickled(timeout=0.5)
-                except queue.Empty:
-                    if child.exitcode is not None:
-                        post(pickle.dumps(("failed", spec.index,
-                                           f"load worker process exited with code {child.exitcode}")))
-                        return
-                    continue
-                post(message)
-                if message_kind(message) in ("done", "failed"):
-                    return
+            while self.relay and not self._ended and child.is_alive():
+                self.drain(post, 0.5)
+            deadline = None
+            while not mp.connection.wait([child.sentinel], timeout=1.0):
+                if self._ended:
+                    deadline = deadline or time.monotonic() + EXIT_WAIT_S
+                    if time.monotonic() > deadline:
+                        child.kill()
         finally:
-            child.join(timeout=EXIT_WAIT_S)
-            if child.is_alive():
-                child.kill()
-                child.join()
+            child.join()
+        with self._reading:  # what it left in the pipe, then its exit if it said nothing
+            self._read(post)
+            if not self._ended:
+                self._ended = True
+                post(pickle.dumps(("failed", spec.index,
+                                   f"load worker process exited with code {child.exitcode}")))
+
+    def drain(self, post: Callable[[bytes], None], wait_s: float) -> None:
+        """Every message in the child's pipe to `post`, pickled as the child sent them, in
+        order; waits up to `wait_s` for the first (or the child's exit: `run` posts it)."""
+        with self._reading:
+            if self._ended:
+                return
+            waits = [self._results.reader()]
+            if self._process is not None:
+                waits.append(self._process.sentinel)
+            if wait_s > 0:
+                mp.connection.wait(waits, timeout=wait_s)
+            self._read(post)
+
+    def _read(self, post: Callable[[bytes], None]) -> None:
+        while not self._ended:
+            try:
+                message = self._results.get_pickled(timeout=0.0)
+            except queue.Empty:
+                return
+            post(message)
+            self._ended = message_kind(message) in ("done", "failed")
 
 
 def message_kind(pickled: bytes) -> str:

@@ -6,13 +6,12 @@ their messages, and one thing Ray does not do: one clock.
 
 - **Placement.** One actor per worker, each in its own bundle of a SPREAD placement group,
   so the workers land on as many nodes as the cluster has (`node` in every record).
-- **Messages.** The load generator's loop makes no Ray call (backends/ray_actors.py); it
-  runs in a child process of the actor, as a local worker's loop does (ray_child.py), and a
-  worker keeps its batched records and its ready/done/saturated/failed messages in its own
-  outbox, and the coordinator keeps one `take` call per worker waiting on it, which returns
-  them every POLL_S while there are any, in order (a worker's records before its "done"). The
-  control messages (stop sending, interrupt, another worker's saturation) and the measured
-  phase's start are calls to the worker's other threads.
+- **Messages.** The load generator's loop makes no Ray call: it runs in a child process of
+  the actor, as a local worker's does (ray_child.py), and the coordinator keeps one `take`
+  call per worker waiting, which reads the child's pipe every POLL_S and returns what is
+  there, pickled, in order (a worker's records before its "done"; backends/ray_actors.py).
+  Control messages (stop sending, interrupt, another worker's saturation) and the measured
+  phase's start are calls to the actor's other threads.
 - **One clock.** Before the run, the coordinator measures each worker's wall-clock offset
   with ping-pong probes (llmperf/measure/clock.py) and hands it the run's origin on the
   worker's own clock; it probes again every `REPROBE_S` and at the end for the drift.
@@ -89,13 +88,27 @@ def lean_local(workers: int, cpus_per_worker: float) -> dict[str, Any]:
                                "worker_niceness": 0}}
 
 
+RELAYS = ("take", "thread")  # who reads a child's messages: LLMPERF_RAY_RELAY, the first by default
+
+
 def load_in() -> str:
     """Where each actor runs its load: `LLMPERF_RAY_LOAD` (child, the default, or actor: on
     the actor's own thread, the design before, kept to compare the two)."""
-    where = os.environ.get("LLMPERF_RAY_LOAD", LOAD_IN[0])
-    if where not in LOAD_IN:
-        raise UsageError(f"LLMPERF_RAY_LOAD={where!r}: valid: {', '.join(LOAD_IN)}")
-    return where
+    return _choice("LLMPERF_RAY_LOAD", LOAD_IN)
+
+
+def relay() -> str:
+    """Who reads each actor's child's messages: `LLMPERF_RAY_RELAY` (take, the default: the
+    coordinator's `take` call; or thread: an actor thread relaying each as it comes, the
+    design before, kept to compare the two)."""
+    return _choice("LLMPERF_RAY_RELAY", RELAYS)
+
+
+def _choice(name: str, valid: tuple[str, ...]) -> str:
+    value = os.environ.get(name, valid[0])
+    if value not in valid:
+        raise UsageError(f"{name}={value!r}: valid: {', '.join(valid)}")
+    return value
 
 
 def _ray():
@@ -122,6 +135,7 @@ class RayPool:
         clock_correction: bool = True,
         test_clock_offset_s: float = 0.0,
         load_in: str = LOAD_IN[0],
+        relay: str = RELAYS[0],
     ) -> None:
         self.workers = workers
         self.engine_options = engine_options
@@ -136,6 +150,7 @@ class RayPool:
         self.clock_correction = clock_correction
         self.test_clock_offset_s = test_clock_offset_s
         self.load_in = load_in  # "child": each actor's load in a process of its own
+        self.relay = relay  # "take": the child's messages read by the coordinator's takes
         self.clocks: list[ClockTrack] = []
         self.lost: list[LostWorker] = []
         self.priorities: dict[int, int] = {}
@@ -150,7 +165,8 @@ class RayPool:
                    on_measure_start=parts.on_measure_start, event_loop=client.event_loop,
                    address=client.ray_address, cpus_per_worker=client.ray_cpus_per_worker,
                    clock_correction=client.clock_correction,
-                   test_clock_offset_s=client.test_clock_offset_s, load_in=load_in())
+                   test_clock_offset_s=client.test_clock_offset_s, load_in=load_in(),
+                   relay=relay())
 
     def stop_sending(self, reason: str) -> None:
         self._tell_all(("stop_sending", reason))
@@ -200,7 +216,7 @@ class RayPool:
                     num_cpus=self.cpus_per_worker,
                     scheduling_strategy=PlacementGroupSchedulingStrategy(group, i),
                     name=f"llmperf-{os.getpid()}-worker-{i}",
-                ).remote(shifts[i], self.load_in == "child")
+                ).remote(shifts[i], self.load_in == "child", self.relay == "thread")
                 for i in range(n)
             ]
             nodes = ray.get([a.node.remote() for a in self._actors])
