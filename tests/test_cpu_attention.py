@@ -15,7 +15,7 @@ import torch
 
 from engines.reference import ReferenceEngine
 from engines.reference.attention import get_backend
-from engines.reference.cpu_layout import cpu_flags
+from engines.reference.cpu_info import cpu_flags
 from engines.reference.kernels import cpu_ops
 from llmperf.errors import ConfigError
 from tests.test_decode_attention import paged_step
@@ -111,7 +111,7 @@ def test_the_build_is_keyed_by_the_cpu_it_was_built_for(monkeypatch):
 PORTABLE_CHECK = """
 import json, sys, torch
 from engines.reference.attention import get_backend
-from engines.reference.cpu_layout import cpu_flags
+from engines.reference.cpu_info import cpu_flags
 from tests.test_decode_attention import paged_step
 errors = []
 lens = torch.randint(1, 200, (40,), generator=torch.Generator().manual_seed(0)).tolist()

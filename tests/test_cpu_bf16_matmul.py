@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from engines.reference import ReferenceEngine, cpu_layout
+from engines.reference import ReferenceEngine, cpu_info, cpu_layout
 from engines.reference.cpu_layout import (
     WIDEN_MIN_ROWS,
     PairedLinear,
@@ -86,7 +86,7 @@ def test_a_tied_table_stays_shared_with_the_widened_head():
 def test_auto_widens_only_on_a_cpu_known_to_lack_bf16(monkeypatch, cpuinfo, native, auto):
     """auto: llmperf's kernel on AVX512_BF16 (oneDNN's AMX tiles where there are some), fp32
     where the CPU has no bf16 arithmetic, native otherwise; never the kernel under compile."""
-    monkeypatch.setattr(cpu_layout.Path, "read_text", lambda self, *a, **k: cpuinfo)
+    monkeypatch.setattr(cpu_info.Path, "read_text", lambda self, *a, **k: cpuinfo)
     monkeypatch.setattr(cpu_layout, "bf16_pairs_missing", lambda: None)  # as if the ops built for it
     cpu_layout.has_bf16_arithmetic.cache_clear()
     try:

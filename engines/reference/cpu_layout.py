@@ -25,12 +25,12 @@ from __future__ import annotations
 
 import functools
 import threading
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from engines.reference.cpu_info import cpu_flags
 from llmperf.errors import ConfigError
 
 PACK_BATCH_HINT = 8  # oneDNN picks its blocking for this many rows; 1..64 measured alike at batch 1
@@ -104,16 +104,6 @@ def has_bf16_arithmetic() -> bool:
     told (no /proc/cpuinfo, no x86 `flags` line): only a CPU known to lack it changes path."""
     flags = cpu_flags()
     return flags is None or any(flag in flags for flag in BF16_CPU_FLAGS)
-
-
-def cpu_flags() -> list[str] | None:
-    """The CPU's feature flags (/proc/cpuinfo's x86 `flags` line); None where there is none."""
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return None
-    return next((line.split(":", 1)[1].split() for line in text.splitlines()
-                 if line.startswith("flags") and ":" in line), None)
 
 
 def resolve_bf16_matmul(choice: str, compile: bool = False) -> str:

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from engines.reference.cpu_layout import cpu_flags
+from engines.reference.cpu_info import cpu_flags
 from llmperf.paths import cache_dir
 
 SOURCES = [Path(__file__).with_name("cpu") / name for name in ("ops.cpp", "prefill.cpp", "decode_bf16.cpp", "gemm_bf16.cpp")]
