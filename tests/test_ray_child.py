@@ -201,29 +201,22 @@ def alive(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
-def test_where_the_load_runs_is_child_by_default_and_a_bad_value_names_the_valid_ones(monkeypatch):
-    from llmperf.measure.backends.ray_pool import load_in
+@pytest.mark.parametrize("variable, choose, default, other, bad, valid", [
+    ("LLMPERF_RAY_LOAD", "load_in", "child", "actor", "thread", "child, actor"),
+    ("LLMPERF_RAY_RELAY", "relay", "take", "thread", "actor", "take, thread"),
+], ids=["where-the-load-runs", "who-reads-the-childs-messages"])
+def test_a_ray_setting_has_its_default_and_a_bad_value_names_the_valid_ones(
+        monkeypatch, variable, choose, default, other, bad, valid):
+    from llmperf.measure.backends import ray_pool
 
-    monkeypatch.delenv("LLMPERF_RAY_LOAD", raising=False)
-    assert load_in() == "child"
-    monkeypatch.setenv("LLMPERF_RAY_LOAD", "actor")
-    assert load_in() == "actor"
-    monkeypatch.setenv("LLMPERF_RAY_LOAD", "thread")
-    with pytest.raises(UsageError, match="LLMPERF_RAY_LOAD='thread': valid: child, actor"):
-        load_in()
-
-
-def test_the_childs_messages_are_read_by_the_take_by_default_and_a_bad_value_names_the_valid_ones(
-        monkeypatch):
-    from llmperf.measure.backends.ray_pool import relay
-
-    monkeypatch.delenv("LLMPERF_RAY_RELAY", raising=False)
-    assert relay() == "take"
-    monkeypatch.setenv("LLMPERF_RAY_RELAY", "thread")
-    assert relay() == "thread"
-    monkeypatch.setenv("LLMPERF_RAY_RELAY", "actor")
-    with pytest.raises(UsageError, match="LLMPERF_RAY_RELAY='actor': valid: take, thread"):
-        relay()
+    read = getattr(ray_pool, choose)
+    monkeypatch.delenv(variable, raising=False)
+    assert read() == default
+    monkeypatch.setenv(variable, other)
+    assert read() == other
+    monkeypatch.setenv(variable, bad)
+    with pytest.raises(UsageError, match=f"{variable}='{bad}': valid: {valid}"):
+        read()
 
 
 # A coordinator on a Ray it starts itself (ray_address=local): 2 workers, 20 s of load; once
