@@ -141,9 +141,10 @@ def bf16_pairs_missing() -> str | None:
 class PairedLinear(nn.Module):
     """A bf16 linear layer multiplied by llmperf's own kernel (kernels/cpu/gemm_bf16.cpp): the
     weight packed once into panels of 32 output columns, each lane a column's pair of adjacent
-    inputs, which `vdpbf16ps` multiplies with a row's pair in one instruction. Its outputs are
-    bitwise oneDNN's (the same fp32 sums in the same order, the same rounding); at a decode
-    step's 64 rows it is 1.2x faster (docs/kernels.md)."""
+    inputs, which `vdpbf16ps` multiplies with a row's pair in one instruction. fp32 sums over the inputs
+    in order, rounded to nearest even: all but about 1 in 1,000 outputs are bitwise oneDNN's,
+    the rest one bf16 unit apart; at a decode step's 64 rows it is 1.2x faster, at one row
+    1.9x (docs/kernels.md)."""
 
     def __init__(self, linear: nn.Linear):
         super().__init__()
