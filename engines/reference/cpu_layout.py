@@ -129,13 +129,12 @@ def kernel_suits() -> bool:
 
 def bf16_pairs_missing() -> str | None:
     """None where the bf16 Linear kernel (kernels/cpu/gemm_bf16.cpp) runs here, else why not."""
-    from engines.reference.kernels.cpu_ops import KernelBuildError, cpu_ops
+    from engines.reference.fast_path import cpu_ops_available
 
-    try:
-        ops, _ = cpu_ops()
-    except KernelBuildError as exc:
-        return str(exc)
-    return None if ops.bf16_pairs_built() else "the C++ ops were built without AVX512_BF16"
+    why = cpu_ops_available()
+    if why is not None:
+        return why
+    return None if torch.ops.llmperf.bf16_pairs_built() else "the C++ ops were built without AVX512_BF16"
 
 
 class PairedLinear(nn.Module):
