@@ -207,9 +207,9 @@ def alive(pid: int) -> bool:
 ], ids=["where-the-load-runs", "who-reads-the-childs-messages"])
 def test_a_ray_setting_has_its_default_and_a_bad_value_names_the_valid_ones(
         monkeypatch, variable, choose, default, other, bad, valid):
-    from llmperf.measure.backends import ray_pool
+    from llmperf.measure.backends import ray_settings
 
-    read = getattr(ray_pool, choose)
+    read = getattr(ray_settings, choose)
     monkeypatch.delenv(variable, raising=False)
     assert read() == default
     monkeypatch.setenv(variable, other)

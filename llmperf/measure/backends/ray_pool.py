@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import math
 import os
 import threading
 import time
@@ -36,9 +35,10 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from engines.base import Request
-from llmperf.errors import UsageError, require
+from llmperf.errors import require
 from llmperf.measure.backends.plan import LoadParts, LoadPlan
 from llmperf.measure.backends.ray_actors import LOAD_IN, actor_class, taken
+from llmperf.measure.backends.ray_settings import RELAYS, lean_local, load_in, relay
 from llmperf.measure.client_cpu import CpuMeter
 from llmperf.measure.clock import ClockTrack, estimate_offset
 from llmperf.measure.loadgen import LoadResult
@@ -73,42 +73,6 @@ class LostWorker:
     def to_dict(self) -> dict[str, Any]:
         return {"worker": self.worker, "node": self.node, "at_s": self.at_s,
                 "in_flight": self.in_flight, "reason": self.reason}
-
-
-def lean_local(workers: int, cpus_per_worker: float) -> dict[str, Any]:
-    """ray.init's options for a Ray started here for one run (ray_address=local): room for
-    every worker's bundle even past this host's cores (else the placement group waits
-    forever), no idle workers started ahead (the actors start their own) and no metrics
-    export, so that Ray's own processes take as little of the load generator's cores as
-    they can; and its workers at the driver's priority (Ray's `worker_niceness` is 15)."""
-    return {"num_cpus": max(os.cpu_count() or 1, math.ceil(workers * cpus_per_worker)),
-            "_system_config": {"enable_worker_prestart": False,
-                               "prestart_worker_first_driver": False,
-                               "enable_metrics_collection": False,
-                               "worker_niceness": 0}}
-
-
-RELAYS = ("take", "thread")  # who reads a child's messages: LLMPERF_RAY_RELAY, the first by default
-
-
-def load_in() -> str:
-    """Where each actor runs its load: `LLMPERF_RAY_LOAD` (child, the default, or actor: on
-    the actor's own thread, the design before, kept to compare the two)."""
-    return _choice("LLMPERF_RAY_LOAD", LOAD_IN)
-
-
-def relay() -> str:
-    """Who reads each actor's child's messages: `LLMPERF_RAY_RELAY` (take, the default: the
-    coordinator's `take` call; or thread: an actor thread relaying each as it comes, the
-    design before, kept to compare the two)."""
-    return _choice("LLMPERF_RAY_RELAY", RELAYS)
-
-
-def _choice(name: str, valid: tuple[str, ...]) -> str:
-    value = os.environ.get(name, valid[0])
-    if value not in valid:
-        raise UsageError(f"{name}={value!r}: valid: {', '.join(valid)}")
-    return value
 
 
 def _ray():

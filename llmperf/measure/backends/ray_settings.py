@@ -1,0 +1,48 @@
+"""How the ray backend (ray_pool.py) sets Ray up: the options of a Ray it starts for one run,
+and the two settings that keep an earlier design to compare against (where an actor runs its
+load, who reads its child's messages), read from the environment."""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Any
+
+from llmperf.errors import UsageError
+from llmperf.measure.backends.ray_actors import LOAD_IN
+
+
+def lean_local(workers: int, cpus_per_worker: float) -> dict[str, Any]:
+    """ray.init's options for a Ray started here for one run (ray_address=local): room for
+    every worker's bundle even past this host's cores (else the placement group waits
+    forever), no idle workers started ahead (the actors start their own) and no metrics
+    export, so that Ray's own processes take as little of the load generator's cores as
+    they can; and its workers at the driver's priority (Ray's `worker_niceness` is 15)."""
+    return {"num_cpus": max(os.cpu_count() or 1, math.ceil(workers * cpus_per_worker)),
+            "_system_config": {"enable_worker_prestart": False,
+                               "prestart_worker_first_driver": False,
+                               "enable_metrics_collection": False,
+                               "worker_niceness": 0}}
+
+
+RELAYS = ("take", "thread")  # who reads a child's messages: LLMPERF_RAY_RELAY, the first by default
+
+
+def load_in() -> str:
+    """Where each actor runs its load: `LLMPERF_RAY_LOAD` (child, the default, or actor: on
+    the actor's own thread, the design before, kept to compare the two)."""
+    return _choice("LLMPERF_RAY_LOAD", LOAD_IN)
+
+
+def relay() -> str:
+    """Who reads each actor's child's messages: `LLMPERF_RAY_RELAY` (take, the default: the
+    coordinator's `take` call; or thread: an actor thread relaying each as it comes, the
+    design before, kept to compare the two)."""
+    return _choice("LLMPERF_RAY_RELAY", RELAYS)
+
+
+def _choice(name: str, valid: tuple[str, ...]) -> str:
+    value = os.environ.get(name, valid[0])
+    if value not in valid:
+        raise UsageError(f"{name}={value!r}: valid: {', '.join(valid)}")
+    return value
