@@ -24,13 +24,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import signal
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 
 from engines.base import Engine, Request, SamplingParams
+from llmperf.measure import gc_quiet
 from llmperf.measure.client_cpu import CpuMeter, ProcessCpu
 from llmperf.measure.load_clock import LoadClock
 from llmperf.measure.pacing import Slots, StagePlan, StageSpan, closed_loop, open_loop, run_stages
@@ -128,8 +128,7 @@ class LoadGenerator(LoadClock):
         loop = self._loop = asyncio.get_running_loop()
         # A full collection walks every object the engine holds (tens of ms with torch
         # loaded); frozen objects are skipped, so collections during the load stay short.
-        gc.collect()
-        gc.freeze()
+        gc_quiet.settle()
         self._origin_s = time.perf_counter()
         origin_unix_s = time.time()
         if self._given_origin_s is not None:
@@ -146,7 +145,7 @@ class LoadGenerator(LoadClock):
             if not (self.interrupted or self.saturation or self.stopped):
                 raise
         finally:
-            gc.unfreeze()
+            gc_quiet.release()
             if sigint_handled:
                 loop.remove_signal_handler(signal.SIGINT)
         if self._inflight:  # interrupted: let the aborted requests write their records

@@ -44,7 +44,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from engines.base import Request
-from llmperf.measure import event_loop
+from llmperf.measure import event_loop, gc_quiet
 from llmperf.measure.backends.plan import LoadParts, LoadPlan
 from llmperf.measure.client_cpu import CpuMeter
 from llmperf.measure.loadgen import LoadGenerator, LoadResult
@@ -177,8 +177,11 @@ class WorkerPool:
         verdict: Saturation | None = None
         ready = 0
         coordinator = CpuMeter("coordinator")
-        with _forward_sigint(self.interrupt):
+        refreeze = gc_quiet.Refreezer()
+        with _forward_sigint(self.interrupt), gc_quiet.frozen():
             while len(results) < n:
+                if ready == n:
+                    refreeze()
                 try:
                     kind, index, payload = results_q.get(timeout=0.2)
                 except queue.Empty:
@@ -196,6 +199,7 @@ class WorkerPool:
                 elif kind == "ready":
                     ready += 1
                     if ready == n:
+                        gc_quiet.settle()  # before the start: out of the measured phase
                         start_at.value = time.perf_counter() - origin_s + START_LEAD_S
                         go.set()
                         coordinator.start()
