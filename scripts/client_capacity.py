@@ -35,7 +35,10 @@ for the default client's capacity.
 
 `--alternate` compares backends instead of searching: one trial per backend in turn at each
 `--rates` rate, `--repeats` times, in this one process, with the p99 ratios paired by repeat.
-`ray` is the ray backend (each actor's load in its child process), `ray:actor` with the load
+`ray` is the ray backend (each actor's load in its child process, its records on a connection
+to the coordinator), `ray:take` with the records in the coordinator's `take` calls instead
+(`LLMPERF_RAY_RELAY=take`); `processes:gc` and `ray:gc` with the coordinator's garbage
+collector as before llmperf/measure/gc_quiet.py (no freeze); `ray:actor` with the load
 on an actor thread (`LLMPERF_RAY_LOAD=actor`), `ray:relay` with a thread of each actor
 relaying its child's messages (`LLMPERF_RAY_RELAY=thread`), `ray:poll50` taking them every
 0.05 s (ray_pool.POLL_S, 0.1 s). A local Ray is started, as for `--backend ray`, before each
@@ -196,10 +199,13 @@ def capacity(args, base_url: str | None, workers: int) -> float:
 # --alternate's members: the backend, the Ray beside it (none, or as `--backend ray` starts
 # it) and the environment its trials run in
 MEMBERS = {"processes": ("processes", False, {}),
+           "processes:gc": ("processes", False, {}),  # the coordinator's collector as before
+           "ray:gc": ("ray", True, {}),
            "processes+ray": ("processes", True, {}),
            "processes+calls": ("processes", True, {}),  # and ray_calls beside it
            "ray": ("ray", True, {}),
            "ray:actor": ("ray", True, {"LLMPERF_RAY_LOAD": "actor"}),
+           "ray:take": ("ray", True, {"LLMPERF_RAY_RELAY": "take"}),
            "ray:relay": ("ray", True, {"LLMPERF_RAY_RELAY": "thread"}),
            "ray:poll50": ("ray", True, {})}  # ray_pool.POLL_S at 0.05 s, RECORDS_FLUSH_S
 
@@ -282,6 +288,22 @@ def poll_s(every_s: float | None):
         ray_pool.POLL_S = kept
 
 
+@contextlib.contextmanager
+def coordinator_gc(quiet: bool):
+    """The coordinator's collector kept out of the load (llmperf/measure/gc_quiet.py), or, not
+    `quiet`, left as it was before (`processes:gc`, `ray:gc`): no collection and freeze before
+    the start, no refreezing of the records. The workers' own loops freeze as ever."""
+    from llmperf.measure import gc_quiet
+
+    kept = gc_quiet.settle, gc_quiet.Refreezer
+    if not quiet:
+        gc_quiet.settle, gc_quiet.Refreezer = (lambda: 0.0), (lambda: (lambda: None))
+    try:
+        yield
+    finally:
+        gc_quiet.settle, gc_quiet.Refreezer = kept
+
+
 def alternate(args, base_url: str | None) -> dict:
     """One trial per backend in turn, at each rate, `--repeats` times: dispatch lag p50 / p99."""
     trials: dict[str, list[dict]] = {}
@@ -296,7 +318,8 @@ def alternate(args, base_url: str | None) -> dict:
                 out = args.output_dir / f"trial-{k:02d}_rate-{rate:.0f}_{backend.replace(':', '-')}"
                 calls = (ray_calls(args.workers[0], rate) if backend == "processes+calls"
                          else contextlib.nullcontext())
-                with calls, poll_s(0.05 if backend == "ray:poll50" else None):
+                with calls, poll_s(0.05 if backend == "ray:poll50" else None), \
+                        coordinator_gc(not backend.endswith(":gc")):
                     t = trial(args, base_url, args.workers[0], rate, out)
                 trials.setdefault(f"{backend} {rate:.0f}", []).append(t)
                 print(f"  {backend:15s} rate={rate:8.1f} req/s  dispatch lag p50 "

@@ -255,24 +255,32 @@ def test_a_killed_worker_gives_worker_lost_records_for_exactly_its_requests_in_f
     assert not alive(child[0]), f"the killed actor's child {child[0]} still runs"
 
 
-def test_records_stream_back_in_batches_while_the_load_runs(cluster, monkeypatch):
+@pytest.mark.parametrize("relay", ["stream", "take"])
+def test_records_stream_back_in_batches_while_the_load_runs(cluster, monkeypatch, relay):
     from engines.base import Request
     from engines.synthetic_options import SyntheticEngineConfig
-    from llmperf.measure.backends import ray_pool
+    from llmperf.measure.backends import ray_pool, ray_stream
     from llmperf.measure.backends.plan import LoadPlan
     from llmperf.measure.workers import RECORDS_FLUSH_S
 
-    takes: list[tuple[int, list[int]]] = []  # per take: the worker, its records messages' sizes
-    answers = ray_pool._answers
+    takes: list[tuple[int, list[int]]] = []  # per take (read): the worker, its records' batches
+    answers, read = ray_pool._answers, ray_stream.RecordStream.read
 
     def counted(*args):
         got = answers(*args)
         takes.extend((i, [len(m[2]) for m in ms if m[0] == "records"]) for i, ms in got)
         return got
 
+    def counted_read(*args):
+        got = read(*args)
+        takes.extend((i, [len(m[2]) for m in map(pickle.loads, ms) if m[0] == "records"])
+                     for i, ms in got)
+        return got
+
     monkeypatch.setattr(ray_pool, "_answers", counted)
+    monkeypatch.setattr(ray_stream.RecordStream, "read", counted_read)
     received: list[tuple[float, RequestRecord]] = []  # perf_counter() at receipt, the record
-    pool = ray_pool.RayPool(2, SyntheticEngineConfig(tpot_s=0.001), "syn",
+    pool = ray_pool.RayPool(2, SyntheticEngineConfig(tpot_s=0.001), "syn", relay=relay,
                             on_record=lambda r: received.append((time.perf_counter(), r)))
     # 100 req/s for 3 s, each 2 tokens (~1 ms): worker k mod 2 sends request k
     requests = [Request(id=f"r{k}", max_tokens=2, prompt_token_ids=[1] * 8, arrival_s=k / 100)
@@ -289,16 +297,17 @@ def test_records_stream_back_in_batches_while_the_load_runs(cluster, monkeypatch
     first_second = [at for at, r in received if r.arrival_s < result.measure_start_s + 1.0]
     assert len(first_second) >= 90  # 100 sent in it (records' times are from the run's origin)
     assert max(first_second) < start_s + requests[-1].arrival_s
-    # Batched twice: per worker about one records message per RECORDS_FLUSH_S of its 3 s (60)
-    # and one take per POLL_S (30) holding several of them, where one message per request
-    # would be 150; and more than a few of each (streamed)
+    # Batched: per worker about one records message per RECORDS_FLUSH_S of its 3 s (60), where
+    # one message per request would be 150, and more than a few (streamed); taken, one take
+    # per POLL_S (30) holding several of them
     for worker in (0, 1):
         sizes = [size for i, batch in takes if i == worker for size in batch]
         assert sum(sizes) == 150
         assert 3.0 / RECORDS_FLUSH_S / 3 <= len(sizes) <= 3.0 / RECORDS_FLUSH_S * 1.5, sizes
         with_records = [batch for i, batch in takes if i == worker and batch]
-        assert 3.0 / ray_pool.POLL_S / 3 <= len(with_records) <= 3.0 / ray_pool.POLL_S * 1.5
-        assert len(with_records) < len(sizes)
+        if relay == "take":
+            assert 3.0 / ray_pool.POLL_S / 3 <= len(with_records) <= 3.0 / ray_pool.POLL_S * 1.5
+            assert len(with_records) < len(sizes)
 
 
 def test_a_sweep_on_the_ray_launcher_runs_one_job_at_a_time_with_a_server_resource(tmp_path):

@@ -203,7 +203,7 @@ def alive(pid: int) -> bool:
 
 @pytest.mark.parametrize("variable, choose, default, other, bad, valid", [
     ("LLMPERF_RAY_LOAD", "load_in", "child", "actor", "thread", "child, actor"),
-    ("LLMPERF_RAY_RELAY", "relay", "take", "thread", "actor", "take, thread"),
+    ("LLMPERF_RAY_RELAY", "relay", "stream", "take", "actor", "stream, take, thread"),
 ], ids=["where-the-load-runs", "who-reads-the-childs-messages"])
 def test_a_ray_setting_has_its_default_and_a_bad_value_names_the_valid_ones(
         monkeypatch, variable, choose, default, other, bad, valid):

@@ -59,9 +59,9 @@ class LoadWorker:
     `set_start` and `now_ns` answer the coordinator."""
 
     def __init__(self, test_clock_offset_s: float = 0.0, in_child: bool = True,
-                 relay: bool = False) -> None:
+                 relay: bool = False, stream: tuple | None = None) -> None:
         self._shift_ns = round(test_clock_offset_s * 1e9)
-        self._child = ChildLoad(relay) if in_child else None
+        self._child = ChildLoad(relay, stream) if in_child else None
         self._outbox: list[tuple | bytes] = []
         self._posted = threading.Condition()
         self._last_take = 0.0  # time.monotonic() when the coordinator last took them
@@ -81,19 +81,22 @@ class LoadWorker:
         """The child process running the load, once started (None on this thread)."""
         return self._child.pid if self._child is not None else None
 
-    def run(self, spec: WorkerSpec, nice: int | None = None) -> None:
+    def run(self, spec: WorkerSpec, nice: int | None = None) -> str | None:
         """worker_main in the child (started from this thread, whose nice it inherits) or on
         this thread, every thread of the actor at `nice` first (the coordinator's priority;
         the actor is killed after the run, so nothing is restored): the loop's priority goes
         to the coordinator in a message."""
+        streamed = self._child is not None and self._child.stream is not None
         if nice is not None:
-            self.put(("priority", spec.index, take_priority(nice)))
+            priority = take_priority(nice)  # its threads answer the clock probes: not behind
+            if not streamed:  # a streaming child reports its own
+                self.put(("priority", spec.index, priority))
         # spec.origin_unix_ns is on this worker's clock; worker_main reads the host's own
         spec = replace(spec, origin_unix_ns=spec.origin_unix_ns - self._shift_ns)
         if self._child is not None:
-            self._child.run(spec, self.put)
-        else:
-            worker_main(spec, self, _Inbox(self._control), self._start, self._start)
+            return self._child.run(spec, self.put)
+        worker_main(spec, self, _Inbox(self._control), self._start, self._start)
+        return None
 
     def put(self, message: tuple | bytes) -> None:
         """A message for the coordinator: from the child, pickled (read as it came); on this

@@ -36,6 +36,7 @@ import threading
 import time
 from collections.abc import Callable
 
+from llmperf.measure.backends.ray_stream import StreamQueue
 from llmperf.measure.workers import WorkerSpec, worker_main
 
 PR_SET_PDEATHSIG = 1
@@ -71,8 +72,9 @@ class ChildLoad:
     wakeup per message, and `drain` finds them posted. The child's feeder thread, not its
     loop, waits while the pipe is full."""
 
-    def __init__(self, relay: bool = False) -> None:
+    def __init__(self, relay: bool = False, stream: tuple | None = None) -> None:
         self._ctx = mp.get_context("spawn")
+        self.stream = stream  # (address, key): the child sends its messages there (ray_stream.py)
         self._results = RelayQueue(self._ctx)
         self._control = self._ctx.Queue()
         self._go = self._ctx.Event()
@@ -90,12 +92,15 @@ class ChildLoad:
         self._start_at.value = start_s
         self._go.set()
 
-    def run(self, spec: WorkerSpec, post: Callable[[bytes], None]) -> None:
+    def run(self, spec: WorkerSpec, post: Callable[[bytes], None]) -> str | None:
         """Starts the child and returns once it has exited (killed if it outlives its "done"
-        or "failed" by EXIT_WAIT_S); one that exits without either is posted as failed."""
+        or "failed" by EXIT_WAIT_S); one that exits without either is posted as failed. With
+        a `stream` its messages go to the coordinator and none come here: what is returned is
+        why it failed (it could not connect, or exited with an error), else None."""
         child = self._ctx.Process(
             target=child_main,
-            args=(os.getpid(), spec, self._results, self._control, self._go, self._start_at),
+            args=(os.getpid(), spec, self._results, self._control, self._go, self._start_at,
+                  self.stream),
             name=f"llmperf-worker-{spec.index}", daemon=True)
         with _bare_main():
             child.start()
@@ -111,12 +116,20 @@ class ChildLoad:
                         child.kill()
         finally:
             child.join()
+        if self.stream is not None:  # the pipe holds only a failure to connect
+            told: list[bytes] = []
+            self._read(told.append)
+            if told:
+                return pickle.loads(told[-1])[2]
+            return None if child.exitcode == 0 else (
+                f"load worker process exited with code {child.exitcode}")
         with self._reading:  # what it left in the pipe, then its exit if it said nothing
             self._read(post)
             if not self._ended:
                 self._ended = True
                 post(pickle.dumps(("failed", spec.index,
                                    f"load worker process exited with code {child.exitcode}")))
+        return None
 
     def drain(self, post: Callable[[bytes], None], wait_s: float) -> None:
         """Every message in the child's pipe to `post`, pickled as the child sent them, in
@@ -150,15 +163,33 @@ def message_kind(pickled: bytes) -> str:
     return pickle.loads(pickled)[0]
 
 
-def child_main(parent_pid: int, spec: WorkerSpec, results_q, control, go, start_at) -> None:
+def child_main(parent_pid: int, spec: WorkerSpec, results_q, control, go, start_at,
+               stream: tuple | None = None) -> None:
     """In the child: die with the actor's thread that started it, then the local worker's
-    own `worker_main`."""
+    own `worker_main`, its messages into the actor's pipe or, with a `stream` (address, key),
+    to the coordinator (its priority first, which the actor reports otherwise)."""
     if sys.platform.startswith("linux"):
         with contextlib.suppress(OSError, AttributeError):
             ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
         if os.getppid() != parent_pid:  # the actor died before the request took hold
             return
-    worker_main(spec, results_q, control, go, start_at)
+    if stream is None:
+        worker_main(spec, results_q, control, go, start_at)
+        return
+    address, key = stream
+    try:
+        out = StreamQueue(address, key, spec.index)
+    except Exception as error:  # refused, unreachable, a wrong key
+        results_q.put(("failed", spec.index,
+                       f"could not reach the coordinator at {address[0]}:{address[1]} to send "
+                       f"its records ({type(error).__name__}: {error}); LLMPERF_RAY_RELAY=take "
+                       "carries them in Ray's calls instead"))
+        return
+    out.put(("priority", spec.index, os.getpriority(os.PRIO_PROCESS, 0)))
+    try:
+        worker_main(spec, out, control, go, start_at)
+    finally:
+        out.close()
 
 
 @contextlib.contextmanager

@@ -7,11 +7,12 @@ their messages, and one thing Ray does not do: one clock.
 - **Placement.** One actor per worker, each in its own bundle of a SPREAD placement group,
   so the workers land on as many nodes as the cluster has (`node` in every record).
 - **Messages.** The load generator's loop makes no Ray call: it runs in a child process of
-  the actor, as a local worker's does (ray_child.py), and the coordinator keeps one `take`
-  call per worker waiting, which reads the child's pipe every POLL_S and returns what is
-  there, pickled, in order (a worker's records before its "done"; backends/ray_actors.py).
-  Control messages (stop sending, interrupt, another worker's saturation) and the measured
-  phase's start are calls to the actor's other threads.
+  the actor, as a local worker's does (ray_child.py), and sends its messages (records in
+  batches, ready, saturated, done) on a connection of its own to the coordinator, who reads
+  them as they come, in order (ray_stream.py). With `LLMPERF_RAY_RELAY=take` the coordinator
+  keeps one `take` call per worker waiting instead, which reads the child's pipe every
+  POLL_S (backends/ray_actors.py). Control messages (stop sending, interrupt, another
+  worker's saturation) and the measured phase's start are calls to the actor's other threads.
 - **One clock.** Before the run, the coordinator measures each worker's wall-clock offset
   with ping-pong probes (llmperf/measure/clock.py) and hands it the run's origin on the
   worker's own clock; it probes again every `REPROBE_S` and at the end for the drift.
@@ -28,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import pickle
 import threading
 import time
 from collections.abc import Callable
@@ -36,9 +38,11 @@ from typing import Any
 
 from engines.base import Request
 from llmperf.errors import require
+from llmperf.measure import gc_quiet
 from llmperf.measure.backends.plan import LoadParts, LoadPlan
 from llmperf.measure.backends.ray_actors import LOAD_IN, actor_class, taken
 from llmperf.measure.backends.ray_settings import RELAYS, lean_local, load_in, relay
+from llmperf.measure.backends.ray_stream import RecordStream
 from llmperf.measure.client_cpu import CpuMeter
 from llmperf.measure.clock import ClockTrack, estimate_offset
 from llmperf.measure.loadgen import LoadResult
@@ -172,6 +176,8 @@ class RayPool:
         n = self.workers
         group = placement_group([{"CPU": self.cpus_per_worker}] * n, strategy="SPREAD")
         ray.get(group.ready())
+        streamed = self.relay == "stream" and self.load_in == "child"
+        stream = RecordStream(ray.util.get_node_ip_address(), n) if streamed else None
         try:
             worker_cls = actor_class(ray)
             shifts = [self.test_clock_offset_s if i == n - 1 else 0.0 for i in range(n)]
@@ -180,16 +186,20 @@ class RayPool:
                     num_cpus=self.cpus_per_worker,
                     scheduling_strategy=PlacementGroupSchedulingStrategy(group, i),
                     name=f"llmperf-{os.getpid()}-worker-{i}",
-                ).remote(shifts[i], self.load_in == "child", self.relay == "thread")
+                ).remote(shifts[i], self.load_in == "child", self.relay == "thread",
+                         (stream.address, stream.authkey) if stream else None)
                 for i in range(n)
             ]
             nodes = ray.get([a.node.remote() for a in self._actors])
-            return self._drive(ray, nodes, warmup, requests, concurrency, duration_s)
+            return self._drive(ray, nodes, warmup, requests, concurrency, duration_s, stream)
         finally:
+            if stream is not None:
+                stream.close()
             with contextlib.suppress(Exception):
                 remove_placement_group(group)
 
-    def _drive(self, ray, nodes, warmup, requests, concurrency, duration_s) -> LoadResult:
+    def _drive(self, ray, nodes, warmup, requests, concurrency, duration_s,
+               stream: RecordStream | None) -> LoadResult:
         n = self.workers
         origin_unix_ns = time.time_ns()
         origin_s = perf_origin(origin_unix_ns)
@@ -218,14 +228,22 @@ class RayPool:
         prober = _Reprober(ray, self._actors, self.clocks)
         takes: dict = {}  # one waiting `take` per running worker: its ref -> the worker
         refused: dict[int, float] = {}  # a worker whose take failed (lost?): asked again after POLL_S
+        checked = 0.0  # perf_counter() when lost workers were last looked for
+        refreeze = gc_quiet.Refreezer()
         try:
             while len(results) + len(self.lost) < n:
-                now = time.perf_counter()
-                asking = set(takes.values()) | set(results) | {lost.worker for lost in self.lost}
-                for i, actor in enumerate(self._actors):
-                    if i not in asking and refused.get(i, 0.0) <= now:
-                        takes[actor.take.remote(TAKE_WAIT_S, POLL_S)] = i
-                for index, messages in _answers(ray, takes, refused):
+                if start_s is not None:
+                    refreeze()
+                if stream is not None:
+                    answers = [(i, [pickle.loads(m) for m in got]) for i, got in stream.read(POLL_S)]
+                else:
+                    now = time.perf_counter()
+                    asking = set(takes.values()) | set(results) | {lost.worker for lost in self.lost}
+                    for i, actor in enumerate(self._actors):
+                        if i not in asking and refused.get(i, 0.0) <= now:
+                            takes[actor.take.remote(TAKE_WAIT_S, POLL_S)] = i
+                    answers = _answers(ray, takes, refused)
+                for index, messages in answers:
                     for kind, _, payload in messages:
                         if kind == "records":
                             for record in payload:
@@ -245,9 +263,12 @@ class RayPool:
                         elif kind == "failed":
                             self.interrupt()
                             raise RuntimeError(f"load worker {index} failed:\n{payload}")
-                self._note_lost(ray, runs, results, recorded, schedule, shares, nodes,
-                                time.perf_counter() - origin_s, start_s)
+                if time.perf_counter() - checked >= POLL_S:  # not at every batch streamed in
+                    checked = time.perf_counter()
+                    self._note_lost(ray, runs, results, recorded, schedule, shares, nodes,
+                                    checked - origin_s, start_s)
                 if start_s is None and ready and ready == n - len(self.lost):
+                    gc_quiet.settle()  # before the start: out of the measured phase
                     start_s = time.perf_counter() - origin_s + START_LEAD_S
                     self._measure_started(origin_s + start_s)
                     for actor in self._actors:
@@ -257,6 +278,7 @@ class RayPool:
                     prober.start()
         finally:
             prober.stop()
+            gc_quiet.release()
         if not results:
             raise RuntimeError("every load worker was lost: " + "; ".join(
                 f"worker {lost.worker}: {lost.reason}" for lost in self.lost))
@@ -291,10 +313,14 @@ class RayPool:
         for ref in done:
             index = runs.pop(ref)
             try:
-                ray.get(ref)
-                continue  # ended normally: its "done" is on the way
+                failure = ray.get(ref)  # a streaming child's, else None
             except Exception as error:  # RayActorError, a node's death: the worker is gone
                 reason = type(error).__name__
+            else:
+                if failure is not None and index not in results:
+                    self.interrupt()
+                    raise RuntimeError(f"load worker {index} failed:\n{failure}")
+                continue  # ended normally: its "done" is on the way
             lost = [] if start_s is None else _in_flight(schedule[index], recorded[index],
                                                          shares[index], now_s - start_s)
             for request in lost:

@@ -25,7 +25,7 @@ def lean_local(workers: int, cpus_per_worker: float) -> dict[str, Any]:
                                "worker_niceness": 0}}
 
 
-RELAYS = ("take", "thread")  # who reads a child's messages: LLMPERF_RAY_RELAY, the first by default
+RELAYS = ("stream", "take", "thread")  # how a child's messages come: LLMPERF_RAY_RELAY, the first by default
 
 
 def load_in() -> str:
@@ -35,9 +35,11 @@ def load_in() -> str:
 
 
 def relay() -> str:
-    """Who reads each actor's child's messages: `LLMPERF_RAY_RELAY` (take, the default: the
-    coordinator's `take` call; or thread: an actor thread relaying each as it comes, the
-    design before, kept to compare the two)."""
+    """How each actor's child's messages reach the coordinator: `LLMPERF_RAY_RELAY` (stream,
+    the default: over a connection of their own, ray_stream.py; take: read from the child's
+    pipe by the coordinator's `take` calls, for workers that cannot reach the coordinator's
+    address; thread: an actor thread relaying each as it comes, the design before the take,
+    kept to compare)."""
     return _choice("LLMPERF_RAY_RELAY", RELAYS)
 
 

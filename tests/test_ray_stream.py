@@ -1,0 +1,132 @@
+"""The ray backend's records on a connection of their own (llmperf/measure/backends/
+ray_stream.py): a child started as an actor starts it (ray_child.py) sends its messages to the
+coordinator's RecordStream, driven here without Ray."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import signal
+import socket
+import threading
+import time
+from multiprocessing.connection import Client
+
+import pytest
+
+from llmperf.measure.backends.ray_child import ChildLoad
+from llmperf.measure.backends.ray_stream import RecordStream
+from llmperf.measure.workers import perf_origin
+from tests.test_ray_child import spec
+
+
+class Coordinator:
+    """A RecordStream read every 0.1 s as ray_pool's loop reads it, one ChildLoad run on a
+    thread as its actor runs it; the start set on "ready"."""
+
+    def __init__(self, n: int, rate_rps: float, stream_to: tuple | None = None) -> None:
+        self.stream = RecordStream("127.0.0.1", 1)
+        self.share = spec(n, rate_rps)
+        self.child = ChildLoad(stream=stream_to or (self.stream.address, self.stream.authkey))
+        self.got: list[tuple] = []
+        self.failure: list[str | None] = []
+        self.runner = threading.Thread(target=self.run, daemon=True)
+        self.nice: int | None = None  # the starting thread's, which the child inherits
+        self.posted: list[bytes] = []  # what the child's pipe had: nothing when it streams
+
+    def run(self) -> None:
+        self.nice = os.getpriority(os.PRIO_PROCESS, 0)
+        self.failure.append(self.child.run(self.share, self.posted.append))
+
+    def read_until(self, kinds: set[str], timeout_s: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not self.got or self.got[-1][0] not in kinds:
+            assert time.monotonic() < deadline, f"no {kinds} within {timeout_s} s"
+            for index, messages in self.stream.read(0.1):
+                assert index == 1
+                for message in map(pickle.loads, messages):
+                    self.got.append(message)
+                    if message[0] == "ready":
+                        self.child.set_start(
+                            time.perf_counter() - perf_origin(self.share.origin_unix_ns) + 0.1)
+
+
+def test_a_childs_messages_come_over_its_stream_in_order_and_none_through_its_pipe():
+    c = Coordinator(300, 200.0)
+    c.runner.start()
+    try:
+        c.read_until({"done", "failed"})
+        c.runner.join(timeout=30)
+    finally:
+        c.stream.close()
+    kinds = [kind for kind, _, _ in c.got]
+    # its priority first (the loop's own nice), then ready, records in batches, done
+    assert kinds[:2] == ["priority", "ready"] and kinds[-1] == "done"
+    assert set(kinds[2:-1]) == {"records"} and len(kinds) - 3 >= 10  # ~1.5 s in 0.05 s batches
+    assert c.got[0][2] == c.nice
+    ids = [r.id for kind, _, batch in c.got if kind == "records" for r in batch]
+    assert sorted(ids) == sorted(f"r{k}" for k in range(300)) and len(set(ids)) == 300
+    assert c.got[-1][2].num_dispatched == 300
+    assert c.failure == [None] and c.posted == []
+    assert c.stream.closed == {1}  # its connection ended with the child
+
+
+def test_a_child_killed_mid_run_closes_its_stream_and_keeps_what_it_sent():
+    c = Coordinator(2000, 200.0)  # 10 s of load
+    c.runner.start()
+    try:
+        c.read_until({"records"})
+        os.kill(c.child.pid, signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while 1 not in c.stream.closed:
+            assert time.monotonic() < deadline
+            c.got += [pickle.loads(m) for _, ms in c.stream.read(0.1) for m in ms]
+        c.runner.join(timeout=30)
+    finally:
+        c.stream.close()
+    assert c.failure == [f"load worker process exited with code {-signal.SIGKILL}"]
+    received = [r.id for kind, _, batch in c.got if kind == "records" for r in batch]
+    assert received and len(set(received)) == len(received)
+    assert "done" not in [kind for kind, _, _ in c.got]
+
+
+def test_a_child_that_cannot_reach_the_coordinator_says_where_and_what_to_use():
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    c = Coordinator(10, 100.0, stream_to=(("127.0.0.1", port), b"k" * 32))
+    c.runner.start()
+    c.runner.join(timeout=60)
+    c.stream.close()
+    assert not c.runner.is_alive()
+    (failure,) = c.failure
+    assert failure.startswith(f"could not reach the coordinator at 127.0.0.1:{port}")
+    assert "ConnectionRefusedError" in failure and "LLMPERF_RAY_RELAY=take" in failure
+
+
+def test_a_connection_without_the_key_is_refused_and_the_worker_after_it_is_read():
+    stream = RecordStream("127.0.0.1", 1)
+    try:
+        with pytest.raises(Exception):  # noqa: B017 (refused: AuthenticationError or a reset)
+            Client(stream.address, authkey=b"not the key" * 3)
+        deadline = time.monotonic() + 10
+        while not stream.errors:
+            assert time.monotonic() < deadline, "the refusal was not noted"
+            time.sleep(0.02)
+        assert "AuthenticationError" in stream.errors[0]
+        with Client(stream.address, authkey=stream.authkey) as conn:
+            conn.send_bytes(pickle.dumps(("hello", 4, None)))
+            conn.send_bytes(pickle.dumps(("ready", 4, None)))
+            got = []
+            while not got:
+                got = stream.read(1.0)
+        assert [(i, [pickle.loads(m) for m in ms]) for i, ms in got] == [(4, [("ready", 4, None)])]
+    finally:
+        stream.close()
+
+
+def test_closing_with_a_worker_never_connected_ends_its_accept():
+    stream = RecordStream("127.0.0.1", 3)
+    assert stream.read(0.05) == []
+    stream.close()
+    assert not stream._accepting.is_alive()
