@@ -5,7 +5,10 @@ ray_child.py); with `LLMPERF_RAY_LOAD=actor` it runs on one of the actor's own t
 instead, beside Ray's, the design before (docs/sizing.md compares the two).
 
 The load generator's loop makes no Ray call. Its messages (the priority it got, batches of
-records every RECORDS_FLUSH_S, ready, saturated, done, failed) wait in the child's pipe, or,
+records every RECORDS_FLUSH_S, ready, saturated, done, failed) go from the child straight to
+the coordinator on a connection of their own (ray_stream.py, the default), and what `run`
+returns is only why the child failed, if it did. With `LLMPERF_RAY_RELAY=take` they wait in
+the child's pipe, or,
 from this process, in the actor's own outbox (a list under a lock); the coordinator keeps
 one `take` call waiting, which every POLL_S (ray_pool.py) reads the pipe and returns them
 all, pickled (a child's as its queue pickled them), while there are any: one wakeup of the
