@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -106,6 +107,29 @@ def test_the_build_is_keyed_by_the_cpu_it_was_built_for(monkeypatch):
     monkeypatch.setenv(cpu_ops.MARCH_ENV, "x86-64-v3")
     assert cpu_ops._build_key() != native
     assert "-march=x86-64-v3" in cpu_ops.cflags()
+
+
+def test_checkouts_of_the_same_sources_share_one_build_and_leave_it_untouched(tmp_path, monkeypatch):
+    """The gate's base and head worktrees hold the same kernel sources at other paths: one
+    key, one build folder, sources copied there once, so ninja sees the same files."""
+    kernels = Path(cpu_ops.__file__).with_name("cpu")
+    builds, keys = [], []
+    for checkout in ("base", "head"):
+        copy = tmp_path / checkout / "cpu"
+        shutil.copytree(kernels, copy)
+        monkeypatch.setattr(cpu_ops, "SOURCES", [copy / s.name for s in cpu_ops.SOURCES])
+        monkeypatch.setattr(cpu_ops, "HEADERS", [copy / h.name for h in cpu_ops.HEADERS])
+        keys.append(cpu_ops._build_key())
+        build_dir = tmp_path / "kernels" / keys[-1]
+        before = {f.name: f.stat().st_mtime_ns for f in (build_dir / "src").glob("*")} \
+            if build_dir.exists() else {}
+        builds.append((cpu_ops.copied_sources(build_dir), before))
+    assert keys[0] == keys[1]
+    (base_paths, _), (head_paths, untouched) = builds
+    assert base_paths == head_paths  # the head builds from the very files the base built from
+    assert all(Path(p).read_bytes() == (kernels / Path(p).name).read_bytes() for p in head_paths)
+    after = {f.name: f.stat().st_mtime_ns for f in (Path(head_paths[0]).parent).glob("*")}
+    assert after == untouched and set(after) == {f.name for f in kernels.glob("*.[ch]*")}
 
 
 PORTABLE_CHECK = """
