@@ -32,7 +32,6 @@ while the load runs (a telemetry collector) is one more entry in AROUND_LOAD.
 from __future__ import annotations
 
 import contextlib
-import itertools
 import json
 import signal
 import threading
@@ -49,9 +48,8 @@ from engines.synthetic import ByteTokenizer
 from llmperf.errors import UsageError
 from llmperf.hardware.registry import resolve_profile
 from llmperf.measure.backends import LOAD_BACKENDS, backend_name
-from llmperf.measure.backends.plan import LoadParts, LoadPlan
+from llmperf.measure.backends.plan import LoadParts
 from llmperf.measure.client_cpu import client_summary
-from llmperf.measure.loadgen import SessionLoad
 from llmperf.measure.metrics import (
     compute_metrics,
     distribution,
@@ -59,7 +57,6 @@ from llmperf.measure.metrics import (
     session_metrics,
     token_count_mismatches,
 )
-from llmperf.measure.pacing import StagePlan
 from llmperf.measure.records import RecordWriter, RequestRecord
 from llmperf.measure.stages import saturated_stage, stage_figures
 from llmperf.measure.steady import offered_rate_metrics, steady_metrics
@@ -69,6 +66,7 @@ from llmperf.run.config import Config
 from llmperf.run.console import LoadProgress, print_summary
 from llmperf.run.environment import collect_environment
 from llmperf.run.launch import launch_server, stop_server
+from llmperf.run.load_plan import context_tokens, load_plan
 from llmperf.run.secrets import masked_argv, masked_config, masked_engine
 from llmperf.run.state import Run
 from llmperf.run.summary_figures import (
@@ -113,12 +111,6 @@ def build(run: Run) -> None:
             f"scenario.prefix.length={prefix.length}: longer than the engine's context "
             f"(max_model_len {context}); the prompt must fit after it"
         )
-
-
-def context_tokens(run: Run) -> int | None:
-    """The engine's context length when it says (engine options' max_model_len)."""
-    info = run.engine.info()
-    return info.get("options", info).get("max_model_len")
 
 
 def write_environment(run: Run) -> None:
@@ -228,46 +220,6 @@ def drive_load(run: Run) -> None:
         run.scraper.rebase(run.load.origin_perf_counter_s)
     if run.load.saturation is not None:
         run.console.print(f"[bold red]stopped early: {run.load.saturation.describe()}[/]")
-
-
-def load_plan(run: Run, warmup: list, concurrency: int | None, one_loop: bool) -> LoadPlan:
-    """The load as the backend takes it. One loop reads the workload's requests as it sends
-    them (or its sessions, or its stages); workers split a list made before the run. Requests
-    with images are made before the run too: a PNG costs ~13 ms to encode, which on the load
-    generator's loop would be the client's own delay."""
-    scenario = run.config.scenario
-    sessions = None
-    if run.workload.has_sessions:
-        sessions = SessionLoad(
-            run.workload.sessions(),
-            run.workload.sampling,
-            scenario.sessions.max_concurrent,
-            scenario.sessions.max_context_tokens or context_tokens(run),
-        )
-    stages = stage_plans(run)
-    if sessions or stages:
-        requests = ()
-    elif not one_loop or (scenario.images.count and scenario.num_requests):
-        requests = scheduled_requests(run)
-    else:
-        requests = run.workload.requests()
-    return LoadPlan(warmup, requests, concurrency, scenario.duration_s, sessions, stages)
-
-
-def stage_plans(run: Run) -> list[StagePlan] | None:
-    """scenario.stages as the load generator runs them; None without stages."""
-    return [StagePlan(run.workload.stage_requests(i), s.rate_rps, s.concurrency, s.duration_s)
-            for i, s in enumerate(run.config.scenario.stages)] or None
-
-
-def scheduled_requests(run: Run) -> list:
-    """The measured requests, precomputed to be split over workers: a schedule bounded only by
-    duration_s ends at the first arrival past it."""
-    requests = run.workload.requests()
-    duration_s = run.config.scenario.duration_s
-    if duration_s is not None and not run.workload.closed_loop:
-        requests = itertools.takewhile(lambda r: r.arrival_s < duration_s, requests)
-    return list(requests)
 
 
 def write_step_stats(run: Run) -> None:
