@@ -40,17 +40,15 @@ from llmperf.serve.error_responses import (
 from llmperf.serve.messages_api import MessagesShapes, parse_messages
 from llmperf.serve.prometheus_metrics import CONTENT_TYPE, ServerMetrics
 from llmperf.serve.protocol import (
-    Choice,
     GenerationSpec,
     Limits,
     OpenAIError,
-    ResponseShapes,
     parse_body,
     parse_chat,
     parse_completion,
-    sse,
 )
 from llmperf.serve.request_log import RequestLog, ServedRequest
+from llmperf.serve.response_shapes import Choice, ResponseShapes, sse
 from llmperf.serve.responses_api import ResponsesShapes, parse_responses
 
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}

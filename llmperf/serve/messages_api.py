@@ -18,7 +18,6 @@ from typing import Any
 from engines.base import Tokenizer
 from llmperf.serve.images import IMAGE_TOKEN_ID
 from llmperf.serve.protocol import (
-    Choice,
     GenerationSpec,
     Limits,
     OpenAIError,
@@ -28,6 +27,7 @@ from llmperf.serve.protocol import (
     content_text,
     generation_spec,
 )
+from llmperf.serve.response_shapes import Choice
 from llmperf.serve.responses_api import sse_event
 
 ANTHROPIC_VERSION = "2023-06-01"

@@ -21,7 +21,6 @@ from typing import Any
 from engines.base import Tokenizer
 from llmperf.serve.images import IMAGE_TOKEN_ID
 from llmperf.serve.protocol import (
-    Choice,
     GenerationSpec,
     Limits,
     OpenAIError,
@@ -31,6 +30,7 @@ from llmperf.serve.protocol import (
     content_text,
     generation_spec,
 )
+from llmperf.serve.response_shapes import Choice
 
 
 def parse_responses(body: dict, served_model: str, tokenizer: Tokenizer, limits: Limits,
