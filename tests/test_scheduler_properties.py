@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from engines.base import Request, SamplingParams
@@ -145,6 +145,18 @@ def check_pool_free(engine: ReferenceEngine) -> None:
     batching=st.sampled_from(sorted(SCHEDULERS)),
     prefix_caching=st.booleans(),
     workload=workloads,
+)
+# Found by this test: the prefix-cache hits of an admitted prompt took the free blocks its
+# admission had counted on, reserving the rest preempted it, and chunked admission then
+# took it again, for ever, within one step.
+@example(
+    batching="chunked",
+    prefix_caching=True,
+    workload=[
+        Job(prompt=(3, 3, 3), max_tokens=7, submit_step=2, abort_step=None),
+        Job(prompt=(3, 3, 3), max_tokens=8, submit_step=1, abort_step=None),
+        Job(prompt=(3,) * 24, max_tokens=6, submit_step=2, abort_step=None),
+    ],
 )
 def test_paged_every_request_ends_once_and_no_block_leaks(batching, prefix_caching, workload):
     engine = engine_for(batching, "paged", prefix_caching)

@@ -35,6 +35,12 @@ class ChunkedPrefillScheduler(Scheduler):
                 break
             out.admitted.append(seq)
             budget -= self._schedule_chunk(seq, budget, out)
+            if seq not in self.running:
+                # Its prefix-cache hits took free blocks the admission check counted on,
+                # and reserving the rest preempted it: it heads the queue again, so
+                # admitting on would take and drop the same blocks for ever.
+                out.admitted.remove(seq)
+                break
         return out if out.scheduled else None
 
     def _schedule_chunk(self, seq, budget: int, out: SchedulerOutput) -> int:
