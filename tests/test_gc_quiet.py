@@ -1,18 +1,23 @@
 """The garbage collector kept out of the measured phase (llmperf/measure/gc_quiet.py): what is
-alive at the start and the records a coordinator holds are frozen, so no collection during
-the load scans them, and all of it is back under the collector after the load."""
+alive at the start and the records a coordinator or a load generator's loop holds are
+frozen, so no collection during the load scans them, and all of it is back under the
+collector after the load."""
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import time
+import weakref
 
 import pytest
 
 from engines.base import Request
+from engines.synthetic import SyntheticEngine
 from engines.synthetic_options import SyntheticEngineConfig
 from llmperf.measure import gc_quiet
 from llmperf.measure.backends.plan import LoadPlan
+from llmperf.measure.loadgen import LoadGenerator
 from llmperf.measure.workers import WorkerPool
 
 
@@ -51,6 +56,43 @@ def test_the_refreezer_freezes_what_came_since_at_most_every_period():
     time.sleep(0.25)
     refreeze()
     assert not in_a_generation(first)
+
+
+def test_a_refreeze_collects_the_young_garbage_first():
+    """A cycle that became garbage since the last collection is collected, not frozen to the
+    end of the run; what is alive is frozen."""
+    cycle, alive = Held(), Held()
+    cycle.me = cycle
+    gone = weakref.ref(cycle)
+    del cycle
+    gc_quiet.refreeze()
+    assert gone() is None
+    assert not in_a_generation(alive)
+
+
+def test_a_loops_records_are_frozen_while_it_sends():
+    """One load generator's loop sends 400 requests over 2 s and keeps every record: those
+    held more than the refreeze period are out of the collector's generations while it
+    still sends, and back in them after (a full collection there took 0.37 s at 40 s of
+    4,000 req/s: every send behind it that late)."""
+    seen: list[tuple[float, object]] = []
+    scanned_later: list[bool] = []
+
+    def on_record(record) -> None:
+        now = time.perf_counter()
+        seen.append((now, record))
+        if record.id == "r380":
+            scanned_later.extend(in_a_generation(r) for at, r in seen
+                                 if at < now - 1.5 * gc_quiet.REFREEZE_S)
+
+    requests = [Request(id=f"r{k}", max_tokens=2, prompt_token_ids=[1] * 8, arrival_s=k / 200)
+                for k in range(400)]
+    asyncio.run(LoadGenerator(SyntheticEngine(tpot_s=0.001), on_record).run([], requests))
+    assert len(seen) == 400
+    assert len(scanned_later) > 150
+    assert not any(scanned_later)
+    assert gc.get_freeze_count() == 0
+    assert in_a_generation(seen[0][1])
 
 
 def test_a_coordinators_records_and_its_start_up_objects_are_frozen_during_the_load():

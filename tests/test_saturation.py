@@ -11,6 +11,7 @@ import pytest
 
 from engines.synthetic_options import SyntheticEngineConfig
 from llmperf.errors import ConfigError
+from llmperf.measure.saturation import Saturation, SaturationDetector, WindowFit
 from llmperf.run.config import (
     ArrivalConfig,
     Config,
@@ -68,6 +69,60 @@ def test_bad_ramp_options_name_the_field(kw, words):
 def test_saturation_window_must_hold_three_checks():
     with pytest.raises(ConfigError, match="check_interval_s"):
         SaturationConfig(window_s=0.2, check_interval_s=0.1)
+
+
+def test_window_fit_matches_a_least_squares_fit_of_the_window_as_it_slides():
+    """The running sums against numpy's fit of the points still in the window, an hour into
+    a run at 4,000 first tokens a second (x far from 0, 12,000 points in a 3 s window)."""
+    rng = np.random.default_rng(7)
+    fit, kept = WindowFit(), []
+    t = 3600.0
+    for k in range(1, 60_001):
+        t += rng.exponential(1 / 4000)
+        y = 0.25 * (t - 3600.0) + rng.normal(0, 0.05)
+        fit.append(t, y)
+        kept.append((t, y))
+        if k % 10_000 == 0:
+            fit.drop_before(t - 3.0)
+            kept = [(x, v) for x, v in kept if x >= t - 3.0]
+            x, v = np.array(kept).T
+            assert len(fit) == len(kept) >= 10_000
+            assert fit.slope() == pytest.approx(np.polyfit(x - x.mean(), v, 1)[0], rel=1e-9)
+
+
+def test_window_fit_has_no_slope_without_two_distinct_times():
+    fit = WindowFit()
+    assert fit.slope() == 0.0
+    fit.append(5.0, 1.0)
+    assert fit.slope() == 0.0
+    fit.append(5.0, 9.0)  # two points at one time: no line through them
+    assert fit.slope() == 0.0
+    fit.append(6.0, 2.0)
+    assert fit.slope() == pytest.approx(np.polyfit([5.0, 5.0, 6.0], [1.0, 9.0, 2.0], 1)[0])
+    fit.drop_before(7.0)  # all gone: empty again
+    assert len(fit) == 0 and fit.slope() == 0.0
+
+
+def test_detector_verdict_carries_the_growth_of_a_queue_that_climbs():
+    """A queue fed at 100 req/s and served at 50: half of each second's arrivals stay
+    waiting (growth 0.5) and each first token comes 0.5 s later per second (TTFT growth
+    0.5): the detector's figures are those, by hand."""
+    detector = SaturationDetector(SaturationConfig(window_s=2.0, check_interval_s=0.1))
+    verdict, served, step = None, 0, 0
+    while verdict is None:
+        step += 1
+        now = step * 0.01
+        detector.on_dispatch(now)  # 100 arrivals a second
+        if step % 2 == 0:  # 50 first tokens a second, in arrival order
+            served += 1
+            detector.on_first_token(served * 0.01, now)
+        if step % 10 == 0:
+            verdict = detector.check(now)
+    assert isinstance(verdict, Saturation)
+    assert verdict.at_s == pytest.approx(2.0)
+    assert verdict.rate_rps == pytest.approx(100, rel=0.01)
+    assert verdict.waiting_growth == pytest.approx(0.5, rel=0.05)
+    assert verdict.ttft_growth == pytest.approx(0.5, rel=0.01)
 
 
 def run_at(tmp_path, arrival: ArrivalConfig, duration_s: float):

@@ -10,10 +10,17 @@ send held as long. Young collections of the records coming in added 2-9 ms more 
   engine) frozen (gc.freeze), so later collections never scan them. The load generator does
   it in every process that sends (loadgen.py), and the coordinator of worker processes
   before it sets their start (workers.py, backends/ray_pool.py).
-- `Refreezer` in such a coordinator, which only receives records: everything it holds is a
-  record kept to the end, so what came since is frozen again every REFREEZE_S and no
-  collection scans the records twice. It is not used on a loop that sends requests: there a
-  request in flight at a freeze, were it cyclic garbage later, would stay until the end.
+- `refreeze()` every REFREEZE_S during the load, in a coordinator (`Refreezer`, at each turn
+  of its loop) and on the load generator's loop (loadgen.py): what came since (records kept
+  to the end, above all) is frozen too, so no collection scans the records twice. The
+  youngest generation is collected first, so a cycle that just became garbage is freed,
+  not frozen. An object frozen while in use and freed later goes as usual by its reference
+  count; only one in a cycle would wait for `release()`. None did: a single loop at 800
+  req/s over HTTP (aiohttp) and at 4,000 on the synthetic engine, 40 s each, left no cyclic
+  garbage frozen (the collection at release found 0 objects) and the same peak memory.
+  Without it, that loop's full collections grew with the records held, to 0.37 s at 4,000
+  req/s (dispatch lag p99 268 ms against 0.72 with it); at 800 over HTTP to 190 ms stalls,
+  which the saturation detector took for a saturated server.
 - `release()` after the load: the frozen objects are scanned again from then on, and any
   garbage among them is collected.
 """
@@ -47,8 +54,15 @@ class Refreezer:
     def __call__(self) -> None:
         now = time.perf_counter()
         if now >= self._next:
-            gc.freeze()
+            refreeze()
             self._next = now + self.every_s
+
+
+def refreeze() -> None:
+    """What came since the last freeze frozen too, once its young garbage is collected (a
+    collection of the youngest generation: the few hundred objects allocated since the last)."""
+    gc.collect(0)
+    gc.freeze()
 
 
 def release() -> None:

@@ -225,12 +225,15 @@ class LoadGenerator(LoadClock):
         counts["measure_start_s"] = self._measure_start_s = start_s
         self._cpu.start()
         self._idle_spin_s = 0.0
-        probe = asyncio.get_running_loop().create_task(self._probe_loop_lag())
+        loop = asyncio.get_running_loop()
+        probe = loop.create_task(self._probe_loop_lag())
+        refreeze = loop.create_task(_refreeze())
         try:
             await self._measured_phase(requests, concurrency, duration_s, counts, sessions,
                                        start_s, stages)
         finally:
             probe.cancel()
+            refreeze.cancel()
 
     async def _measured_phase(
         self,
@@ -373,3 +376,11 @@ def _handle_sigint(loop: asyncio.AbstractEventLoop, callback: Callable[[], None]
     except (NotImplementedError, RuntimeError, ValueError):  # not the main thread, or no signals
         return False
     return True
+
+
+async def _refreeze(every_s: float = gc_quiet.REFREEZE_S) -> None:
+    """What the loop came to hold (records kept to the end, above all) frozen every `every_s`:
+    no collection scans it again (gc_quiet.py)."""
+    while True:
+        await asyncio.sleep(every_s)
+        gc_quiet.refreeze()
