@@ -1,10 +1,12 @@
 """The client's verdict names the true cause: each cause produced for real (a CPU hog inside
 the client, busy processes on the client's core, a pool of 2 connections for 8 requests in
-flight), and a good run with one stall kept valid."""
+flight, a client library that collects its garbage), and a good run with one stall kept
+valid."""
 
 from __future__ import annotations
 
 import asyncio
+import gc
 import io
 import json
 import multiprocessing as mp
@@ -16,7 +18,7 @@ from rich.console import Console
 
 from engines.base import Request
 from engines.synthetic import SyntheticEngine
-from llmperf.measure.client_cpu import ProcessCpu, client_summary
+from llmperf.measure.client_cpu import GcPauses, ProcessCpu, client_summary
 from llmperf.measure.loadgen import LoadGenerator
 from llmperf.measure.metrics import compute_metrics
 from llmperf.measure.records import RequestRecord
@@ -37,6 +39,39 @@ class CpuHogEngine(SyntheticEngine):
         until = time.perf_counter() + self.hog_s
         while time.perf_counter() < until:
             pass
+        async for event in super().stream(request):
+            yield event
+
+
+class CollectingEngine(SyntheticEngine):
+    """Every 10th request builds a scratch structure of 200,000 lists and collects in full, as
+    a client library calling gc.collect() does: each collection a stop of the loop as long
+    as it takes to scan what the loop has not frozen."""
+
+    served = 0
+
+    async def stream(self, request):
+        self.served += 1
+        if self.served % 10 == 0:
+            scratch = [[k] for k in range(200_000)]
+            gc.collect()
+            del scratch
+        async for event in super().stream(request):
+            yield event
+
+
+class BurstEngine(SyntheticEngine):
+    """Every 10th request holds the loop 25 ms in pure Python (a slow parse, a tokenizer's
+    first call), allocating nothing: the loop stands still on its own core."""
+
+    served = 0
+
+    async def stream(self, request):
+        self.served += 1
+        if self.served % 10 == 0:
+            until = time.perf_counter() + 0.025
+            while time.perf_counter() < until:
+                pass
         async for event in super().stream(request):
             yield event
 
@@ -71,6 +106,55 @@ def test_a_cpu_hog_inside_the_client_is_named_client_cpu_bound_and_fails_the_run
     assert (check.ok, check.blocking) == (False, True)
     assert check.detail.startswith("client CPU-bound: ")
     assert "scenario.client.workers" in check.detail
+
+
+def test_a_collecting_client_library_is_named_garbage_collection_not_the_host():
+    """Its collections stop the loop tens of ms at a time while the loop is otherwise idle:
+    the verdict names the collector, with the longest pause, never host contention."""
+    records, result = drive(CollectingEngine(tpot_s=0.001), paced(100, 0.02))
+    criteria = ValidityConfig(max_client_delay_s=0.005)
+    s, check = verdict(records, result, criteria)
+    assert s["client_gc_max_pause_s"] > criteria.max_client_delay_s
+    assert 0 < s["client_gc_pause_share"] < 1
+    assert s["client_cpu_share"] < criteria.max_client_cpu_share
+    assert s["client_late_fraction"] > criteria.max_late_fraction
+    assert (check.ok, check.blocking) == (False, True)
+    assert check.detail.startswith("client garbage collection: a collection stopped its loop for ")
+    assert f"{s['client_gc_max_pause_s'] * 1e3:.1f} ms" in check.detail
+
+
+def test_a_loop_that_stalls_on_its_own_core_is_named_its_own_stalls_not_the_host():
+    """25 ms turns of the loop at 10 req/s of 100: it stands still a quarter of the window and
+    barely waits for a core; its CPU is far from a core and its collections are short. The
+    verdict says the stalls are its own, never host contention."""
+    records, result = drive(BurstEngine(tpot_s=0.001), paced(100, 0.01))
+    criteria = ValidityConfig(max_client_delay_s=0.005)
+    s, check = verdict(records, result, criteria)
+    assert s["client_cpu_share"] < criteria.max_client_cpu_share
+    assert s["client_gc_max_pause_s"] < criteria.max_client_delay_s
+    assert s["client_late_fraction"] > criteria.max_late_fraction
+    # ten stalls, each seen from the next request due 10 ms into it: 15 ms late, in ~1 s
+    assert s["client_stall_share"] > 10 * 0.012 / 1.1
+    assert s["client_runqueue_wait_total_share"] < s["client_stall_share"] / 2
+    assert check.detail.startswith("client stalls of its own: "), check.detail
+    assert not check.ok
+
+
+def test_gc_pauses_time_each_collection_while_installed():
+    held = [[k] for k in range(200_000)]
+    pauses = GcPauses()
+    pauses.install()
+    try:
+        started = time.perf_counter()
+        gc.collect()
+        took = time.perf_counter() - started
+    finally:
+        pauses.remove()
+    assert 0 < pauses.max_s <= took and pauses.max_s <= pauses.total_s
+    before = pauses.total_s
+    gc.collect()  # removed: not counted
+    assert pauses.total_s == before and pauses not in gc.callbacks
+    del held
 
 
 def _spin(cpu: int) -> None:

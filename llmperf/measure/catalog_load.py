@@ -44,6 +44,21 @@ def _client_figures() -> list[Metric]:
            " (`/proc/thread-self/schedstat`) / the measured window: high while its own CPU is low"
            " means another process held the cores; null where schedstat cannot be read",
            CLIENT, c),
+        _m("client_stall_share", "client stalls", "fraction", LOWER, "a lower bound on the"
+           " time the load generators' loops stood still / the measured window: each worker's"
+           " late requests (client delay past `max_client_delay_s`) in runs of consecutive ones,"
+           " each run counted by its longest delay", CLIENT, c),
+        _m("client_runqueue_wait_total_share", "client run-queue wait, all loops", "fraction",
+           LOWER, "every load generator's event-loop thread's wait for a core while runnable,"
+           " summed / the measured window: under half of `client_stall_share`, no other process"
+           " held the cores while the loops stood still", CLIENT, c),
+        _m("client_gc_pause_share", "client GC pauses", "fraction", LOWER, "the most any"
+           " load-generator process spent in Python's garbage collections (gc.callbacks) /"
+           " the measured window: each collection stops that process's event loop", CLIENT, c),
+        _m("client_gc_max_pause_s", "client longest GC pause", "s", LOWER, "the longest"
+           " garbage collection in any load-generator process over the measured phase: a"
+           " send due during it waits that long; past `max_client_delay_s` the verdict names"
+           " the collector", CLIENT, c),
         _m("client_delay_s", "client delay", "s", LOWER, "the request's last byte written (HTTP;"
            " else its hand-off to the engine) − intended arrival, less the time a new connection"
            " took to open: how late the client sent it", CLIENT, c, distribution=True),

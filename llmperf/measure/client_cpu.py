@@ -12,6 +12,8 @@ ends. It takes three clocks of the process it runs in (Linux):
                   so the loop's busy share, the one weighed against a core, leaves it out
     run-queue wait  /proc/thread-self/schedstat's second field: the loop's thread was
                   runnable but another thread or process held the core
+    GC pauses     Python's garbage collections in the process (gc.callbacks), each one a
+                  stop of the loop, whichever thread ran it: their sum and the longest
 
 From them, with the records, `client_summary` gives the run's figures and
 `llmperf/measure/validity.py` the verdict on the client: its own CPU was the limit (the loop
@@ -24,6 +26,7 @@ share of requests, not a p99, which over a few dozen requests is their maximum.
 
 from __future__ import annotations
 
+import gc
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -53,6 +56,8 @@ class ProcessCpu:
     loop_cpu_s: float
     loop_wait_s: float | None  # None where schedstat cannot be read
     loop_spin_s: float = 0.0  # of loop_cpu_s, the idle spin (0 in records written before it)
+    gc_pause_s: float = 0.0  # the process's garbage collections over the window, summed
+    gc_max_pause_s: float = 0.0  # and the longest (0 in records written before them)
 
     @property
     def loop_share(self) -> float:
@@ -71,18 +76,47 @@ class ProcessCpu:
         return cls(**d)
 
 
+class GcPauses:
+    """Times every garbage collection of this process while installed (gc.callbacks): a
+    collection holds the GIL, so the loop stops for it whichever thread runs it."""
+
+    def __init__(self) -> None:
+        self.total_s = self.max_s = 0.0
+        self._since: float | None = None
+
+    def __call__(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._since = time.perf_counter()
+        elif self._since is not None:
+            pause = time.perf_counter() - self._since
+            self.total_s += pause
+            self.max_s = max(self.max_s, pause)
+            self._since = None
+
+    def install(self) -> None:
+        gc.callbacks.append(self)
+
+    def remove(self) -> None:
+        if self in gc.callbacks:
+            gc.callbacks.remove(self)
+
+
 class CpuMeter:
     """Read `start()` and `stop()` on the thread that runs the load generator's loop."""
 
     def __init__(self, role: str = "loadgen") -> None:
         self.role = role
         self._start: tuple[float, float, float, float | None] | None = None
+        self._gc = GcPauses()
 
     @staticmethod
     def _read() -> tuple[float, float, float, float | None]:
         return time.perf_counter(), time.process_time(), time.thread_time(), _runqueue_wait_s()
 
     def start(self) -> None:
+        self._gc.remove()
+        self._gc = GcPauses()
+        self._gc.install()
         self._start = self._read()
 
     def stop(self, spin_s: float = 0.0) -> ProcessCpu | None:
@@ -91,8 +125,10 @@ class CpuMeter:
         if self._start is None:
             return None
         (t0, p0, l0, w0), (t1, p1, l1, w1) = self._start, self._read()
+        self._gc.remove()
         wait = None if w0 is None or w1 is None else w1 - w0
-        return ProcessCpu(self.role, t1 - t0, p1 - p0, l1 - l0, wait, min(spin_s, l1 - l0))
+        return ProcessCpu(self.role, t1 - t0, p1 - p0, l1 - l0, wait, min(spin_s, l1 - l0),
+                          self._gc.total_s, self._gc.max_s)
 
 
 def client_delay_s(record: RequestRecord) -> float:
@@ -111,6 +147,27 @@ def max_in_flight(records: list[RequestRecord]) -> int:
     return max((n for _, n in in_flight_curve(records)), default=0)
 
 
+def stall_s(records: list[RequestRecord], delays: list[float], bound_s: float) -> float:
+    """A lower bound on how long the client's loops stood still: each worker's late requests
+    (client delay past `bound_s`) in runs of consecutive ones, in the order they were due, each
+    run counted by its longest delay (one stall of 50 ms makes five requests 10 ms apart late
+    by 50 to 10 ms: 50 ms)."""
+    due: dict[int, list[tuple[float, float]]] = {}
+    for record, delay in zip(records, delays, strict=True):
+        due.setdefault(record.worker, []).append((record.arrival_s + record.client_queue_s, delay))
+    total = 0.0
+    for items in due.values():
+        items.sort()
+        longest = 0.0
+        for _, delay in items:
+            if delay > bound_s:
+                longest = max(longest, delay)
+            else:
+                total, longest = total + longest, 0.0
+        total += longest
+    return total
+
+
 def client_summary(processes: list[ProcessCpu], records: list[RequestRecord],
                    loop_lag_s: list[float], max_delay_s: float) -> dict[str, Any]:
     """The client's figures: its CPU (all its processes), the busiest loop's busy share of a
@@ -125,6 +182,7 @@ def client_summary(processes: list[ProcessCpu], records: list[RequestRecord],
     cpu_s = sum(p.process_cpu_s for p in processes)
     busiest = max(processes, key=lambda p: p.loop_share, default=None)
     waits = [p.loop_wait_s / p.window_s for p in processes if p.loop_wait_s is not None and p.window_s > 0]
+    window_s = max((p.window_s for p in processes), default=0.0)
     return {
         "client_cpu_s": cpu_s if processes else None,
         "client_cpu_per_request_s": cpu_s / len(measured) if processes and measured else None,
@@ -134,6 +192,14 @@ def client_summary(processes: list[ProcessCpu], records: list[RequestRecord],
             cpu_s / max(p.window_s for p in processes) if processes and busiest.window_s > 0 else None
         ),
         "client_runqueue_wait_share": max(waits) if waits else None,
+        "client_stall_share": (stall_s(measured, delays, max_delay_s) / window_s
+                               if window_s else None),
+        "client_runqueue_wait_total_share": (
+            sum(p.loop_wait_s for p in processes) / window_s
+            if window_s and all(p.loop_wait_s is not None for p in processes) else None),
+        "client_gc_pause_share": max((p.gc_pause_s / p.window_s for p in processes
+                                      if p.window_s > 0), default=None),
+        "client_gc_max_pause_s": max((p.gc_max_pause_s for p in processes), default=None),
         "client_processes": [p.to_dict() for p in processes],
         "client_delay_s": distribution(delays),
         "client_late_fraction": len(late) / len(measured) if measured else None,

@@ -102,6 +102,13 @@ def client_kept_up(summary: dict[str, Any], criteria: ValidityConfig) -> Check:
       client CPU       the event loop was busy on a core for `max_client_cpu_share` of the
                        window (`client_cpu_share`: its CPU less its idle spin before each
                        send, `client_spin_share`, which any work would have taken over)
+      garbage collector  a collection in a client process stopped its loop longer than
+                       `max_client_delay_s` (`client_gc_max_pause_s`): the process's own
+                       work, however idle the loop was otherwise
+      own stalls       neither, and the loops waited for a core less than half the time
+                       they stood still (`client_runqueue_wait_total_share` against
+                       `client_stall_share`): no other process held the cores; a long turn of
+                       a loop, or another thread of its process holding Python's lock, did
       host contention  neither: the client waited to run while another process held the
                        cores. A warning, unless the delay moved the figures (mean client delay
                        over `max_delay_share_of_ttft` of the mean TTFT)
@@ -141,10 +148,26 @@ def client_kept_up(summary: dict[str, Any], criteria: ValidityConfig) -> Check:
         return Check("client_kept_up", False, (
             f"client CPU-bound: {figures}; its own work was the limit: add load-generator "
             "processes (scenario.client.workers) or lower the load"))
+    gc_max = summary.get("client_gc_max_pause_s") or 0.0
+    if gc_max > criteria.max_client_delay_s:
+        return Check("client_kept_up", False, (
+            f"client garbage collection: a collection stopped its loop for {gc_max * 1e3:.1f} ms "
+            f"({_pct(summary.get('client_gc_pause_share'))} of the window in collections); "
+            f"{figures}; the client's own work, not the host's: what the client process holds "
+            "was scanned (add scenario.client.workers: each holds less)"))
     ttft = (summary.get("ttft_s") or {}).get("mean")
     moved = bool(ttft) and (delay.get("mean") or 0.0) > criteria.max_delay_share_of_ttft * ttft
     effect = (f"mean client delay {(delay.get('mean') or 0.0) * 1e3:.2f} ms against a mean TTFT of "
               f"{ttft * 1e3:.1f} ms" if ttft else "no TTFT to weigh it against")
+    stalled, waited = summary.get("client_stall_share"), summary.get("client_runqueue_wait_total_share")
+    if stalled and waited is not None and waited < stalled / 2:
+        return Check("client_kept_up", False, (
+            f"client stalls of its own: {figures}; its loops stood still at least "
+            f"{_pct(stalled)} of the window and waited for a core {_pct(waited)}, so no other "
+            "process held them: a long turn of the loop, or another thread of its process "
+            "holding Python's lock (an in-process engine, a library), stopped it; run the engine "
+            f"in a process of its own (llmperf-serve) or add scenario.client.workers ({effect}: "
+            + ("the figures moved)" if moved else "the figures did not move)")), blocking=moved)
     holders = ("another process (the server?) holds the cores" if limit is not None else
                "the engine's own threads in this process, or another process, hold the cores")
     return Check("client_kept_up", False, (
