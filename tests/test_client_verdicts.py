@@ -118,7 +118,8 @@ def test_a_collecting_client_library_is_named_garbage_collection_not_the_host():
     assert 0 < s["client_gc_pause_share"] < 1
     assert s["client_cpu_share"] < criteria.max_client_cpu_share
     assert s["client_late_fraction"] > criteria.max_late_fraction
-    assert (check.ok, check.blocking) == (False, True)
+    moved = s["client_delay_s"]["mean"] > criteria.max_delay_share_of_ttft * s["ttft_s"]["mean"]
+    assert (check.ok, check.blocking) == (False, moved)
     assert check.detail.startswith("client garbage collection: a collection stopped its loop for ")
     assert f"{s['client_gc_max_pause_s'] * 1e3:.1f} ms" in check.detail
 

@@ -148,17 +148,19 @@ def client_kept_up(summary: dict[str, Any], criteria: ValidityConfig) -> Check:
         return Check("client_kept_up", False, (
             f"client CPU-bound: {figures}; its own work was the limit: add load-generator "
             "processes (scenario.client.workers) or lower the load"))
+    ttft = (summary.get("ttft_s") or {}).get("mean")
+    moved = bool(ttft) and (delay.get("mean") or 0.0) > criteria.max_delay_share_of_ttft * ttft
+    effect = (f"mean client delay {(delay.get('mean') or 0.0) * 1e3:.2f} ms against a mean TTFT of "
+              f"{ttft * 1e3:.1f} ms" if ttft else "no TTFT to weigh it against")
+    effect = f"({effect}: the figures {'moved' if moved else 'did not move'})"
     gc_max = summary.get("client_gc_max_pause_s") or 0.0
     if gc_max > criteria.max_client_delay_s:
         return Check("client_kept_up", False, (
             f"client garbage collection: a collection stopped its loop for {gc_max * 1e3:.1f} ms "
             f"({_pct(summary.get('client_gc_pause_share'))} of the window in collections); "
             f"{figures}; the client's own work, not the host's: what the client process holds "
-            "was scanned (add scenario.client.workers: each holds less)"))
-    ttft = (summary.get("ttft_s") or {}).get("mean")
-    moved = bool(ttft) and (delay.get("mean") or 0.0) > criteria.max_delay_share_of_ttft * ttft
-    effect = (f"mean client delay {(delay.get('mean') or 0.0) * 1e3:.2f} ms against a mean TTFT of "
-              f"{ttft * 1e3:.1f} ms" if ttft else "no TTFT to weigh it against")
+            f"was scanned (add scenario.client.workers: each holds less) {effect}"),
+            blocking=moved)
     stalled, waited = summary.get("client_stall_share"), summary.get("client_runqueue_wait_total_share")
     if stalled and waited is not None and waited < stalled / 2:
         return Check("client_kept_up", False, (
@@ -166,14 +168,13 @@ def client_kept_up(summary: dict[str, Any], criteria: ValidityConfig) -> Check:
             f"{_pct(stalled)} of the window and waited for a core {_pct(waited)}, so no other "
             "process held them: a long turn of the loop, or another thread of its process "
             "holding Python's lock (an in-process engine, a library), stopped it; run the engine "
-            f"in a process of its own (llmperf-serve) or add scenario.client.workers ({effect}: "
-            + ("the figures moved)" if moved else "the figures did not move)")), blocking=moved)
+            f"in a process of its own (llmperf-serve) or add scenario.client.workers {effect}"),
+            blocking=moved)
     holders = ("another process (the server?) holds the cores" if limit is not None else
                "the engine's own threads in this process, or another process, hold the cores")
     return Check("client_kept_up", False, (
         f"host CPU contention: {figures}; {holders}: pin them "
-        f"apart or run the client on another host ({effect}: "
-        + ("the figures moved)" if moved else "the figures did not move)")), blocking=moved)
+        f"apart or run the client on another host {effect}"), blocking=moved)
 
 
 def token_counts_agree(summary: dict[str, Any], criteria: ValidityConfig) -> Check:
