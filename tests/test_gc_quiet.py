@@ -120,3 +120,24 @@ def test_a_coordinators_records_and_its_start_up_objects_are_frozen_during_the_l
     assert not any(scanned_later)
     assert gc.get_freeze_count() == 0  # released after the load
     assert in_a_generation(start_up) and in_a_generation(seen[0][1])
+
+
+def test_a_collection_after_the_load_is_not_counted_as_the_loads(monkeypatch):
+    """The loop's garbage-collection figures close before the release: a full collection of
+    everything the process holds, right after it, is not a pause of the load."""
+    heap = [[k] for k in range(300_000)]
+    took: list[float] = []
+
+    def release_and_collect() -> None:
+        gc.unfreeze()
+        started = time.perf_counter()
+        gc.collect()
+        took.append(time.perf_counter() - started)
+
+    monkeypatch.setattr(gc_quiet, "release", release_and_collect)
+    requests = [Request(id=f"r{k}", max_tokens=2, prompt_token_ids=[1] * 8, arrival_s=k / 200)
+                for k in range(40)]
+    result = asyncio.run(LoadGenerator(SyntheticEngine(tpot_s=0.001), lambda r: None).run([], requests))
+    [cpu] = result.client_cpu
+    assert took and cpu.gc_max_pause_s < took[0] / 2
+    del heap

@@ -53,10 +53,11 @@ def _client_figures() -> list[Metric]:
            " summed / the measured window: under half of `client_stall_share`, no other process"
            " held the cores while the loops stood still", CLIENT, c),
         _m("client_gc_pause_share", "client GC pauses", "fraction", LOWER, "the most any"
-           " load-generator process spent in Python's garbage collections (gc.callbacks) /"
-           " the measured window: each collection stops that process's event loop", CLIENT, c),
+           " process that sends requests spent in Python's garbage collections (gc.callbacks)"
+           " over the measured phase / its window: each collection stops that process's event"
+           " loop", CLIENT, c),
         _m("client_gc_max_pause_s", "client longest GC pause", "s", LOWER, "the longest"
-           " garbage collection in any load-generator process over the measured phase: a"
+           " garbage collection in any process that sends requests, over the measured phase: a"
            " send due during it waits that long; past `max_client_delay_s` the verdict names"
            " the collector", CLIENT, c),
         _m("client_delay_s", "client delay", "s", LOWER, "the request's last byte written (HTTP;"

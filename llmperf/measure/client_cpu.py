@@ -183,6 +183,7 @@ def client_summary(processes: list[ProcessCpu], records: list[RequestRecord],
     busiest = max(processes, key=lambda p: p.loop_share, default=None)
     waits = [p.loop_wait_s / p.window_s for p in processes if p.loop_wait_s is not None and p.window_s > 0]
     window_s = max((p.window_s for p in processes), default=0.0)
+    senders = [p for p in processes if p.role != "coordinator"]  # the loops that send
     return {
         "client_cpu_s": cpu_s if processes else None,
         "client_cpu_per_request_s": cpu_s / len(measured) if processes and measured else None,
@@ -197,9 +198,9 @@ def client_summary(processes: list[ProcessCpu], records: list[RequestRecord],
         "client_runqueue_wait_total_share": (
             sum(p.loop_wait_s for p in processes) / window_s
             if window_s and all(p.loop_wait_s is not None for p in processes) else None),
-        "client_gc_pause_share": max((p.gc_pause_s / p.window_s for p in processes
+        "client_gc_pause_share": max((p.gc_pause_s / p.window_s for p in senders
                                       if p.window_s > 0), default=None),
-        "client_gc_max_pause_s": max((p.gc_max_pause_s for p in processes), default=None),
+        "client_gc_max_pause_s": max((p.gc_max_pause_s for p in senders), default=None),
         "client_processes": [p.to_dict() for p in processes],
         "client_delay_s": distribution(delays),
         "client_late_fraction": len(late) / len(measured) if measured else None,

@@ -10,8 +10,8 @@ send held as long. Young collections of the records coming in added 2-9 ms more 
   engine) frozen (gc.freeze), so later collections never scan them. The load generator does
   it in every process that sends (loadgen.py), and the coordinator of worker processes
   before it sets their start (workers.py, backends/ray_pool.py).
-- `refreeze()` every REFREEZE_S during the load, in a coordinator (`Refreezer`, at each turn
-  of its loop) and on the load generator's loop (loadgen.py): what came since (records kept
+- `refreeze()` during the load, every REFREEZE_S in a coordinator (`Refreezer`, at each turn
+  of its loop) and every 0.1 s on the load generator's loop (loadgen.py): what came since (records kept
   to the end, above all) is frozen too, so no collection scans the records twice. The
   youngest generation is collected first, so a cycle that just became garbage is freed,
   not frozen. An object frozen while in use and freed later goes as usual by its reference
