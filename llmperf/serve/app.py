@@ -10,12 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import hmac
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
 from typing import Any
 
 import anyio
@@ -26,10 +24,10 @@ from starlette.requests import Request as HTTPRequest
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from engines.base import Engine, Request
+from engines.base import Engine
 from llmperf.serve.chat_template import DEFAULT_CHAT_TEMPLATE, compile_chat_template
-from llmperf.serve.detokenize import IncrementalDetokenizer
 from llmperf.serve.embeddings import embedding_response, parse_embedding
+from llmperf.serve.engine_pieces import engine_choices
 from llmperf.serve.engine_view import context_limit, engine_is_alive, engine_load
 from llmperf.serve.error_responses import (
     http_error_response,
@@ -57,17 +55,6 @@ TYPED_APIS = {
     "responses": (parse_responses, ResponsesShapes, "resp"),
     "messages": (parse_messages, MessagesShapes, "msg"),
 }
-
-
-@dataclass(frozen=True)
-class Piece:
-    """What one engine event adds to choice `index`: its text, the end, reasoning or answer."""
-
-    index: int
-    text: str
-    finish_reason: str | None
-    reasoning: bool = False
-    carries_token: bool = True  # False: an end with no token of its own
 
 
 class ClosingStreamingResponse(StreamingResponse):
@@ -192,7 +179,7 @@ class OpenAIServer:
     async def _stream(self, spec: GenerationSpec, served: ServedRequest) -> AsyncIterator[bytes]:
         """SSE body. Cancelled by Starlette when the client disconnects (which aborts the request)."""
         shapes = ResponseShapes(spec, served.id)
-        pieces = self._choices(spec, served)
+        pieces = engine_choices(self.engine, self.tokenizer, spec, served)
         self.metrics.num_in_flight += 1
         try:
             try:
@@ -216,7 +203,7 @@ class OpenAIServer:
     async def _typed_stream(self, spec: GenerationSpec, served: ServedRequest) -> AsyncIterator[bytes]:
         """The typed events of the Responses and Messages APIs (responses_api.py, messages_api.py)."""
         shapes = TYPED_APIS[spec.endpoint][1](spec, served.id)
-        pieces = self._choices(spec, served)
+        pieces = engine_choices(self.engine, self.tokenizer, spec, served)
         self.metrics.num_in_flight += 1
         try:
             yield shapes.opening(served.num_prompt_tokens)
@@ -240,7 +227,7 @@ class OpenAIServer:
         choices = [Choice(i) for i in range(spec.n)]
 
         async def collect() -> None:
-            async for piece in self._choices(spec, served):
+            async for piece in engine_choices(self.engine, self.tokenizer, spec, served):
                 choice = choices[piece.index]
                 if piece.reasoning:
                     choice.reasoning += piece.text
@@ -269,86 +256,6 @@ class OpenAIServer:
         return JSONResponse(
             shapes.whole(choices, served.num_prompt_tokens, served.num_output_tokens)
         )
-
-    async def _choices(self, spec: GenerationSpec, served: ServedRequest) -> AsyncIterator[Piece]:
-        """The pieces of every choice, as they come: n > 1 runs n engine requests side by side."""
-        if spec.n == 1:
-            async for piece in self._pieces(spec, served, 0):
-                yield piece
-            return
-        queue: asyncio.Queue[Piece | BaseException | None] = asyncio.Queue()
-
-        async def pump(index: int) -> None:
-            try:
-                async for piece in self._pieces(spec, served, index):
-                    await queue.put(piece)
-            except Exception as err:
-                await queue.put(err)
-            finally:
-                await queue.put(None)
-
-        tasks = [asyncio.ensure_future(pump(i)) for i in range(spec.n)]
-        try:
-            ended = 0
-            while ended < spec.n:
-                item = await queue.get()
-                if item is None:
-                    ended += 1
-                elif isinstance(item, BaseException):
-                    raise item
-                else:
-                    yield item
-        finally:
-            for task in tasks:
-                task.cancel()
-            with anyio.CancelScope(shield=True):
-                await asyncio.gather(*tasks, return_exceptions=True)
-
-    async def _pieces(
-        self, spec: GenerationSpec, served: ServedRequest, index: int
-    ) -> AsyncIterator[Piece]:
-        """One piece per engine event of choice `index` that carries tokens or the end;
-        records timings (a choice's tokens add to the request's)."""
-        sampling = spec.sampling
-        if index and sampling.seed is not None:  # choices differ when sampled with a seed
-            sampling = dataclasses.replace(sampling, seed=sampling.seed + index)
-        request = Request(
-            id=served.id if spec.n == 1 else f"{served.id}-{index}",
-            max_tokens=spec.max_tokens,
-            prompt_token_ids=spec.prompt_token_ids,
-            sampling=sampling,
-        )
-        detokenizer = IncrementalDetokenizer(self.tokenizer)
-        stream = self.engine.stream(request)
-        try:
-            async for event in stream:
-                if event.scheduled_s is not None:
-                    served.scheduled_s = served.scheduled_s or event.scheduled_s
-                text = ""
-                if event.token_ids:
-                    served.first_token_s = served.first_token_s or event.time_s
-                    served.last_token_s = max(served.last_token_s or event.time_s, event.time_s)
-                    served.num_output_tokens += len(event.token_ids)
-                    text = detokenizer.add(event.token_ids)
-                if event.finished:
-                    served.finish_reason = event.finish_reason
-                    served.error = event.error
-                    if event.error:
-                        raise OpenAIError(event.error, status=500, type="server_error")
-                    yield Piece(index, text + detokenizer.flush(), event.finish_reason, event.reasoning,
-                                bool(event.token_ids))
-                    return
-                if event.token_ids:
-                    yield Piece(index, text, None, event.reasoning)
-        except OpenAIError:
-            raise
-        except Exception as err:  # the engine raised instead of ending with an error event
-            error = internal_error(err)
-            served.finish_reason, served.error = "error", error.message
-            raise error from err
-        finally:
-            with anyio.CancelScope(shield=True):  # runs even while the response is being cancelled
-                await stream.aclose()
 
     def _finish(self, served: ServedRequest) -> None:
         self.metrics.num_in_flight -= 1
