@@ -190,14 +190,14 @@ def client_summary(processes: list[ProcessCpu], records: list[RequestRecord],
         "client_cpu_share": busiest.loop_share if busiest else None,
         "client_spin_share": busiest.spin_share if busiest else None,
         "client_process_cpu_share": (
-            cpu_s / max(p.window_s for p in processes) if processes and busiest.window_s > 0 else None
+            cpu_s / window_s if processes and busiest.window_s > 0 else None
         ),
         "client_runqueue_wait_share": max(waits) if waits else None,
         "client_stall_share": (stall_s(measured, delays, max_delay_s) / window_s
                                if window_s else None),
         "client_runqueue_wait_total_share": (
-            sum(p.loop_wait_s for p in processes) / window_s
-            if window_s and all(p.loop_wait_s is not None for p in processes) else None),
+            sum(p.loop_wait_s for p in senders) / window_s
+            if window_s and all(p.loop_wait_s is not None for p in senders) else None),
         "client_gc_pause_share": max((p.gc_pause_s / p.window_s for p in senders
                                       if p.window_s > 0), default=None),
         "client_gc_max_pause_s": max((p.gc_max_pause_s for p in senders), default=None),

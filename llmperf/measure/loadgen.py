@@ -45,6 +45,9 @@ from llmperf.workload.sessions import Session
 # vLLM's TPOT under llmperf read 30-35 ms against 26-28 under `vllm bench serve` (same
 # trace, 2 cores); at 100 ms, 28-30 against 27.5-28. A lag past the 50 ms check still shows.
 LOOP_PROBE_INTERVAL_S = 0.1
+# The loop refreezes more often than a coordinator (gc_quiet.REFREEZE_S): what it makes in
+# 0.5 s at 4,000 req/s kept its young collections at 2-7 ms; in 0.1 s, under 2.2 ms.
+LOOP_REFREEZE_S = 0.1
 
 
 @dataclass
@@ -379,11 +382,6 @@ def _handle_sigint(loop: asyncio.AbstractEventLoop, callback: Callable[[], None]
     except (NotImplementedError, RuntimeError, ValueError):  # not the main thread, or no signals
         return False
     return True
-
-
-# The loop refreezes more often than a coordinator (gc_quiet.REFREEZE_S): what it makes in
-# 0.5 s at 4,000 req/s kept its young collections at 2-7 ms; in 0.1 s, under 2.2 ms.
-LOOP_REFREEZE_S = 0.1
 
 
 async def _refreeze(every_s: float) -> None:

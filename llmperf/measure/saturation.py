@@ -122,18 +122,16 @@ class WindowFit:
     def __init__(self) -> None:
         self._points: deque[tuple[float, float]] = deque()
         self._x0: float | None = None
-        self._n = 0
         self._sx = self._sy = self._sxx = self._sxy = 0.0
 
     def __len__(self) -> int:
-        return self._n
+        return len(self._points)
 
     def append(self, x: float, y: float) -> None:
         if self._x0 is None:
             self._x0 = x
         x -= self._x0
         self._points.append((x, y))
-        self._n += 1
         self._sx += x
         self._sy += y
         self._sxx += x * x
@@ -147,17 +145,16 @@ class WindowFit:
         points = self._points
         while points and points[0][0] < cutoff:
             px, py = points.popleft()
-            self._n -= 1
             self._sx -= px
             self._sy -= py
             self._sxx -= px * px
             self._sxy -= px * py
         if not points:  # nothing left: start the sums afresh, with no rounding carried over
-            self._n, self._sx, self._sy, self._sxx, self._sxy = 0, 0.0, 0.0, 0.0, 0.0
+            self._sx = self._sy = self._sxx = self._sxy = 0.0
 
     def slope(self) -> float:
         """dy/dx over the window (0 with fewer than two distinct x)."""
-        n = self._n
+        n = len(self._points)
         spread = n * self._sxx - self._sx * self._sx
         if n < 2 or spread <= 1e-12 * max(n * self._sxx, 1e-300):
             return 0.0
