@@ -151,8 +151,8 @@ def trial(args, base_url: str | None, workers: int, rate_rps: float, out: Path) 
         "report.enabled=false",
     ]
     if args.backend == "ray" and workers > 1:  # on the Ray main() started: no start-up a trial
-        cpus = min(1.0, (os.cpu_count() or 1) / workers)
-        overrides += ["scenario.client.backend=ray", f"scenario.client.ray_cpus_per_worker={cpus:g}"]
+        overrides += ["scenario.client.backend=ray",
+                      f"scenario.client.ray_cpus_per_worker={ray_cpus(workers):g}"]
     register_configs()
     with initialize_config_module(config_module="scenarios", version_base="1.3"):
         config = load_config(compose("config", overrides=overrides))
@@ -165,6 +165,11 @@ def trial(args, base_url: str | None, workers: int, rate_rps: float, out: Path) 
             "loop_lag_p99_ms": (s["event_loop_lag_s"]["p99"] or 0.0) * 1e3,
             "served_rps": s["request_throughput_rps"], "failed": s["num_failed"],
             "saturated": s["saturated"]}
+
+
+def ray_cpus(workers: int) -> float:
+    """Each worker's CPUs in Ray: a share of this host's, so that every worker fits on it."""
+    return min(1.0, (os.cpu_count() or 1) / workers)
 
 
 def capacity(args, base_url: str | None, workers: int) -> float:
@@ -207,16 +212,20 @@ MEMBERS = {"processes": ("processes", False, {}),
            "ray:actor": ("ray", True, {"LLMPERF_RAY_LOAD": "actor"}),
            "ray:take": ("ray", True, {"LLMPERF_RAY_RELAY": "take"}),
            "ray:relay": ("ray", True, {"LLMPERF_RAY_RELAY": "thread"}),
-           "ray:poll50": ("ray", True, {})}  # ray_pool.POLL_S at 0.05 s, RECORDS_FLUSH_S
+           "ray:poll50": ("ray", True, {})}  # ray_pool.POLL_S at 0.05 s
 
 
-def ray_running(wanted: bool) -> None:
-    """A local Ray started (as for `--backend ray`) or shut down, whichever is `wanted`."""
+def ray_running(wanted: bool, workers: int = 2) -> None:
+    """A local Ray started as the ray backend starts one for a run (`ray_address=local`:
+    backends/ray_settings.py's lean_local: no idle workers started ahead, no metrics export,
+    its workers at the driver's priority) or shut down, whichever is `wanted`."""
     import ray
+
+    from llmperf.measure.backends.ray_settings import lean_local
 
     if wanted and not ray.is_initialized():
         ray.init(address="local", include_dashboard=False, log_to_driver=False,
-                 logging_level="ERROR")
+                 logging_level="ERROR", **lean_local(workers, ray_cpus(workers)))
     elif not wanted and ray.is_initialized():
         ray.shutdown()
 
@@ -311,7 +320,7 @@ def alternate(args, base_url: str | None) -> dict:
         for rate in args.rates:
             for backend in args.alternate:
                 args.backend, beside, env = MEMBERS[backend]
-                ray_running(beside)
+                ray_running(beside, args.workers[0])
                 for name in ("LLMPERF_RAY_LOAD", "LLMPERF_RAY_RELAY"):
                     os.environ.pop(name, None)
                 os.environ.update(env)
@@ -377,7 +386,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.alternate and (len(args.workers) != 1 or args.repeats < 1 or min(args.rates) <= 0):
         parser.error("--alternate takes one --workers count, --repeats >= 1 and --rates > 0")
     if args.backend == "ray" and not args.alternate:
-        ray_running(True)
+        ray_running(True, max(args.workers))
     server, base_url = None, None
     if args.engine != "synthetic":
         port = free_port()

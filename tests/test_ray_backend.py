@@ -261,7 +261,7 @@ def test_records_stream_back_in_batches_while_the_load_runs(cluster, monkeypatch
     from engines.synthetic_options import SyntheticEngineConfig
     from llmperf.measure.backends import ray_pool, ray_stream
     from llmperf.measure.backends.plan import LoadPlan
-    from llmperf.measure.workers import RECORDS_FLUSH_S
+    from llmperf.measure.workers import RECORDS_BATCH, RECORDS_FLUSH_S
 
     takes: list[tuple[int, list[int]]] = []  # per take (read): the worker, its records' batches
     answers, read = ray_pool._answers, ray_stream.RecordStream.read
@@ -297,13 +297,13 @@ def test_records_stream_back_in_batches_while_the_load_runs(cluster, monkeypatch
     first_second = [at for at, r in received if r.arrival_s < result.measure_start_s + 1.0]
     assert len(first_second) >= 90  # 100 sent in it (records' times are from the run's origin)
     assert max(first_second) < start_s + requests[-1].arrival_s
-    # Batched: per worker about one records message per RECORDS_FLUSH_S of its 3 s (60), where
-    # one message per request would be 150, and more than a few (streamed); taken, one take
-    # per POLL_S (30) holding several of them
+    # Streamed: per worker at most one records message per RECORDS_FLUSH_S of its 3 s and
+    # one per request (its 150 end 20 ms apart: about one each), none over RECORDS_BATCH;
+    # taken, one take per POLL_S (30) holding several of them
     for worker in (0, 1):
         sizes = [size for i, batch in takes if i == worker for size in batch]
-        assert sum(sizes) == 150
-        assert 3.0 / RECORDS_FLUSH_S / 3 <= len(sizes) <= 3.0 / RECORDS_FLUSH_S * 1.5, sizes
+        assert sum(sizes) == 150 and max(sizes) <= RECORDS_BATCH
+        assert 150 / 3 <= len(sizes) <= min(150, 3.0 / RECORDS_FLUSH_S * 1.5), sizes
         with_records = [batch for i, batch in takes if i == worker and batch]
         if relay == "take":
             assert 3.0 / ray_pool.POLL_S / 3 <= len(with_records) <= 3.0 / ray_pool.POLL_S * 1.5

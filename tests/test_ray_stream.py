@@ -15,7 +15,7 @@ from multiprocessing.connection import Client
 import pytest
 
 from llmperf.measure.backends.ray_child import ChildLoad
-from llmperf.measure.backends.ray_stream import RecordStream
+from llmperf.measure.backends.ray_stream import RecordStream, StreamQueue
 from llmperf.measure.workers import perf_origin
 from tests.test_ray_child import spec
 
@@ -135,3 +135,40 @@ def test_closing_with_a_worker_never_connected_ends_its_accept():
     assert stream.read(0.05) == []
     stream.close()
     assert not stream._accepting.is_alive()
+
+
+def test_tcp_connections_send_each_batch_at_once():
+    """Nagle's algorithm off at both ends: a batch is not held for the last one's ack."""
+    stream = RecordStream("127.0.0.1", 1)
+    try:
+        queue = StreamQueue(stream.address, stream.authkey, 0)
+        deadline = time.monotonic() + 10
+        while not stream._new:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        (accepted,) = stream._new
+        for conn in (queue._conn, accepted):
+            with socket.socket(fileno=os.dup(conn.fileno())) as sock:
+                assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) == 1
+        queue.close()
+    finally:
+        stream.close()
+
+
+def test_at_a_high_rate_a_batch_holds_at_most_records_batch_records():
+    """The coordinator's turn at a batch takes a core from a load for as long: batches are
+    cut at RECORDS_BATCH records, not only every RECORDS_FLUSH_S (a local worker's the same:
+    worker_main is shared)."""
+    from llmperf.measure.workers import RECORDS_BATCH
+
+    c = Coordinator(900, 3000.0)
+    c.share.records_flush_s = 0.05  # 150 records a flush uncut
+    c.runner.start()
+    try:
+        c.read_until({"done", "failed"})
+        c.runner.join(timeout=30)
+    finally:
+        c.stream.close()
+    sizes = [len(batch) for kind, _, batch in c.got if kind == "records"]
+    assert sum(sizes) == 900 and max(sizes) == RECORDS_BATCH
+    assert sizes.count(RECORDS_BATCH) >= 900 // RECORDS_BATCH // 2  # most of them cut by count

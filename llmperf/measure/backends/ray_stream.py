@@ -12,6 +12,10 @@ one; the records no longer pass through the actor's process and Ray's calls.
   first says which worker it is.
 - **A lost worker** closes its connection (its child dies with the actor): the coordinator
   stops waiting on it and Ray's error names the loss (ray_pool.py).
+- **Sent when put.** Nagle's algorithm is off at both ends (`TCP_NODELAY`): a batch goes out
+  when the child's feeder thread has it, not when the one before is acknowledged. With it
+  on, a load's dispatch lag p99 over loopback read 2.3x a pipe's at 4500 req/s on 2 cores
+  (batches of 16 records every 5 ms), off 1.09x (docs/sizing.md).
 - Where the workers cannot reach the coordinator's address (a firewall, a Ray client
   connection from outside the cluster), `LLMPERF_RAY_RELAY=take` carries the records in the
   coordinator's calls to the actors instead.
@@ -61,6 +65,7 @@ class RecordStream:
                 self.errors.append(f"{type(error).__name__}: {error}")
                 continue
             accepted += 1
+            _nodelay(conn)
             with self._lock:
                 self._new.append(conn)
             self._arrived.set()
@@ -123,6 +128,7 @@ class StreamQueue:
 
     def __init__(self, address: tuple[str, int], authkey: bytes, index: int) -> None:
         self._conn = Client(address, authkey=authkey)
+        _nodelay(self._conn)
         self._conn.send_bytes(pickle.dumps((HELLO, index, None)))
         self._outbox: queue.SimpleQueue = queue.SimpleQueue()
         self._error: BaseException | None = None
@@ -148,3 +154,10 @@ class StreamQueue:
         self._conn.close()
         if self._error is not None:
             raise RuntimeError(f"the records' stream to the coordinator broke: {self._error}")
+
+
+def _nodelay(conn: Connection) -> None:
+    """Nagle's algorithm off on a connection's TCP socket (its descriptor, shared)."""
+    with contextlib.suppress(OSError):
+        with socket.socket(fileno=os.dup(conn.fileno())) as sock:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
