@@ -189,9 +189,7 @@ def client_summary(processes: list[ProcessCpu], records: list[RequestRecord],
         "client_cpu_per_request_s": cpu_s / len(measured) if processes and measured else None,
         "client_cpu_share": busiest.loop_share if busiest else None,
         "client_spin_share": busiest.spin_share if busiest else None,
-        "client_process_cpu_share": (
-            cpu_s / window_s if processes and busiest.window_s > 0 else None
-        ),
+        "client_process_cpu_share": cpu_s / window_s if window_s > 0 else None,
         "client_runqueue_wait_share": max(waits) if waits else None,
         "client_stall_share": (stall_s(measured, delays, max_delay_s) / window_s
                                if window_s else None),

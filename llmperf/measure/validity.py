@@ -150,9 +150,9 @@ def client_kept_up(summary: dict[str, Any], criteria: ValidityConfig) -> Check:
             "processes (scenario.client.workers) or lower the load"))
     ttft = (summary.get("ttft_s") or {}).get("mean")
     moved = bool(ttft) and (delay.get("mean") or 0.0) > criteria.max_delay_share_of_ttft * ttft
-    effect = (f"mean client delay {(delay.get('mean') or 0.0) * 1e3:.2f} ms against a mean TTFT of "
-              f"{ttft * 1e3:.1f} ms" if ttft else "no TTFT to weigh it against")
-    effect = f"({effect}: the figures {'moved' if moved else 'did not move'})"
+    weighed = (f"mean client delay {(delay.get('mean') or 0.0) * 1e3:.2f} ms against a mean TTFT "
+               f"of {ttft * 1e3:.1f} ms" if ttft else "no TTFT to weigh it against")
+    effect = f"({weighed}: the figures {'moved' if moved else 'did not move'})"
     gc_max = summary.get("client_gc_max_pause_s") or 0.0
     if gc_max > criteria.max_client_delay_s:
         return Check("client_kept_up", False, (

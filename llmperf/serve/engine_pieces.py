@@ -65,6 +65,7 @@ async def engine_choices(engine: Engine, tokenizer, spec: GenerationSpec,
         with anyio.CancelScope(shield=True):
             await asyncio.gather(*tasks, return_exceptions=True)
 
+
 async def pieces(
     engine: Engine, tokenizer, spec: GenerationSpec, served: ServedRequest, index: int
 ) -> AsyncIterator[Piece]:
