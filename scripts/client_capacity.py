@@ -36,7 +36,10 @@ for the default client's capacity.
 `--alternate` compares backends instead of searching: one trial per backend in turn at each
 `--rates` rate, `--repeats` times, in this one process, with the p99 ratios paired by repeat.
 `ray` is the ray backend (each actor's load in its child process, its records on a connection
-to the coordinator), `ray:take` with the records in the coordinator's `take` calls instead
+to the coordinator) on a Ray started here for all its trials, `ray:local` the same with a
+Ray of each trial's own (`scenario.client.ray_address=local`, as a user's run starts one:
+the backend then moves that Ray's daemons to SCHED_IDLE, backends/ray_yield.py),
+`ray:take` with the records in the coordinator's `take` calls instead
 (`LLMPERF_RAY_RELAY=take`); `processes:gc` and `ray:gc` with the coordinator's garbage
 collector as before llmperf/measure/gc_quiet.py (no freeze); `ray:actor` with the load
 on an actor thread (`LLMPERF_RAY_LOAD=actor`), `ray:relay` with a thread of each actor
@@ -150,9 +153,11 @@ def trial(args, base_url: str | None, workers: int, rate_rps: float, out: Path) 
         f"scenario.client.workers={workers}", "hardware=h100-sxm", "telemetry.enabled=false",
         "report.enabled=false",
     ]
-    if args.backend == "ray" and workers > 1:  # on the Ray main() started: no start-up a trial
+    if args.backend in ("ray", "ray-local") and workers > 1:
         overrides += ["scenario.client.backend=ray",
                       f"scenario.client.ray_cpus_per_worker={ray_cpus(workers):g}"]
+    if args.backend == "ray-local":  # a Ray of its own, as a user's run starts one
+        overrides += ["scenario.client.ray_address=local"]
     register_configs()
     with initialize_config_module(config_module="scenarios", version_base="1.3"):
         config = load_config(compose("config", overrides=overrides))
@@ -209,6 +214,7 @@ MEMBERS = {"processes": ("processes", False, {}),
            "processes+ray": ("processes", True, {}),
            "processes+calls": ("processes", True, {}),  # and ray_calls beside it
            "ray": ("ray", True, {}),
+           "ray:local": ("ray-local", False, {}),  # each trial starts and stops its own Ray
            "ray:actor": ("ray", True, {"LLMPERF_RAY_LOAD": "actor"}),
            "ray:take": ("ray", True, {"LLMPERF_RAY_RELAY": "take"}),
            "ray:relay": ("ray", True, {"LLMPERF_RAY_RELAY": "thread"}),

@@ -36,6 +36,7 @@ import time
 from dataclasses import replace
 
 from llmperf.measure.backends.ray_child import ChildLoad
+from llmperf.measure.backends.ray_yield import yield_threads
 from llmperf.measure.workers import WorkerSpec, worker_main
 
 LOAD_IN = ("child", "actor")  # where an actor runs its load: LLMPERF_RAY_LOAD, the first by default
@@ -80,6 +81,9 @@ class LoadWorker:
 
         return ray.get_runtime_context().get_node_id()
 
+    def pid(self) -> int:
+        return os.getpid()
+
     def child_pid(self) -> int | None:
         """The child process running the load, once started (None on this thread)."""
         return self._child.pid if self._child is not None else None
@@ -88,7 +92,9 @@ class LoadWorker:
         """worker_main in the child (started from this thread, whose nice it inherits) or on
         this thread, every thread of the actor at `nice` first (the coordinator's priority;
         the actor is killed after the run, so nothing is restored): the loop's priority goes
-        to the coordinator in a message."""
+        to the coordinator in a message. A child that streams its records leaves the actor
+        nothing to do but wait: once it has started, every thread of the actor moves to
+        SCHED_IDLE (backends/ray_yield.py), the child keeping its own class."""
         streamed = self._child is not None and self._child.stream is not None
         if nice is not None:
             priority = take_priority(nice)  # its threads answer the clock probes: not behind
@@ -96,8 +102,8 @@ class LoadWorker:
                 self.put(("priority", spec.index, priority))
         # spec.origin_unix_ns is on this worker's clock; worker_main reads the host's own
         spec = replace(spec, origin_unix_ns=spec.origin_unix_ns - self._shift_ns)
-        if self._child is not None:
-            return self._child.run(spec, self.put)
+        if self._child is not None:  # streamed: the actor only waits, and yields its cores
+            return self._child.run(spec, self.put, yield_threads if streamed else lambda: None)
         worker_main(spec, self, _Inbox(self._control), self._start, self._start)
         return None
 

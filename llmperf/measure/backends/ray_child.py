@@ -92,11 +92,13 @@ class ChildLoad:
         self._start_at.value = start_s
         self._go.set()
 
-    def run(self, spec: WorkerSpec, post: Callable[[bytes], None]) -> str | None:
-        """Starts the child and returns once it has exited (killed if it outlives its "done"
-        or "failed" by EXIT_WAIT_S); one that exits without either is posted as failed. With
-        a `stream` its messages go to the coordinator and none come here: what is returned is
-        why it failed (it could not connect, or exited with an error), else None."""
+    def run(self, spec: WorkerSpec, post: Callable[[bytes], None],
+            started: Callable[[], object] = lambda: None) -> str | None:
+        """Starts the child, calls `started`, and returns once the child has exited (killed
+        if it outlives its "done" or "failed" by EXIT_WAIT_S); one that exits without either
+        is posted as failed. With a `stream` its messages go to the coordinator and none come
+        here: what is returned is why it failed (it could not connect, or exited with an
+        error), else None."""
         child = self._ctx.Process(
             target=child_main,
             args=(os.getpid(), spec, self._results, self._control, self._go, self._start_at,
@@ -105,6 +107,7 @@ class ChildLoad:
         with _bare_main():
             child.start()
         self._process, self.pid = child, child.pid
+        started()
         try:
             while self.relay and not self._ended and child.is_alive():
                 self.drain(post, 0.5)

@@ -18,7 +18,8 @@ their messages, and one thing Ray does not do: one clock.
   worker's own clock; it probes again every `REPROBE_S` and at the end for the drift.
 - **Priority.** Each actor runs at the coordinator's nice, not the `worker_niceness` (15)
   Ray starts its workers at (backends/ray_actors.py); one that cannot be lifted is named in
-  a warning.
+  a warning. Once its child streams the load, the actor yields its cores (SCHED_IDLE), and
+  so do the daemons of a Ray started here for the run (backends/ray_yield.py).
 - **Faults.** A worker whose actor dies (its node lost, the actor killed) is noticed within
   `POLL_S`: its requests that were due (open loop; closed: in its slots) and have no record
   are recorded as failed with `worker lost`, the others go on, and the loss is reported.
@@ -43,6 +44,7 @@ from llmperf.measure.backends.plan import LoadParts, LoadPlan
 from llmperf.measure.backends.ray_actors import LOAD_IN, actor_class, taken
 from llmperf.measure.backends.ray_settings import RELAYS, lean_local, load_in, relay
 from llmperf.measure.backends.ray_stream import RecordStream
+from llmperf.measure.backends.ray_yield import yield_local_ray
 from llmperf.measure.client_cpu import CpuMeter
 from llmperf.measure.clock import ClockTrack, estimate_offset
 from llmperf.measure.loadgen import LoadResult
@@ -122,6 +124,8 @@ class RayPool:
         self.clocks: list[ClockTrack] = []
         self.lost: list[LostWorker] = []
         self.priorities: dict[int, int] = {}
+        self.yielded: list[int] = []  # the daemons of a Ray started here, moved to SCHED_IDLE
+        self._own_ray = False
         self._actors: list = []
 
     @classmethod
@@ -154,9 +158,10 @@ class RayPool:
         concurrency, duration_s = plan.concurrency, plan.duration_s
         ray = _ray()
         started_here = not ray.is_initialized()
+        self._own_ray = started_here and self.address == "local"
         if started_here:
             local = self.address == "local"
-            ray.init(address=None if local else self.address, include_dashboard=False,
+            ray.init(address=self.address, include_dashboard=False,
                      log_to_driver=False, logging_level="ERROR", configure_logging=False,
                      **(lean_local(self.workers, self.cpus_per_worker) if local else {}))
         try:
@@ -191,6 +196,9 @@ class RayPool:
                 for i in range(n)
             ]
             nodes = ray.get([a.node.remote() for a in self._actors])
+            if self._own_ray:  # after the actors: no worker the raylet starts inherits it
+                pids = set(ray.get([a.pid.remote() for a in self._actors]))
+                self.yielded = yield_local_ray(ray, pids)
             return self._drive(ray, nodes, warmup, requests, concurrency, duration_s, stream)
         finally:
             if stream is not None:

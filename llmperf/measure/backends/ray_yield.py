@@ -1,0 +1,71 @@
+"""Ray's own processes give way to the load (backends/ray_pool.py, ray_actors.py).
+
+On a host the load generator shares with Ray, every turn of Ray's threads is a turn taken
+from a load loop that spins before each send: an idle actor wakes ~150 times a second (its
+signal check every 10 ms, its gRPC pollers), a local Ray's daemons (GCS, raylet, agents,
+dashboard, monitors) ~400 more. Two kinds of them have nothing to do while the load runs, and
+are moved to `SCHED_IDLE`, the Linux class that runs only where no other thread wants the
+core and does not preempt one that does:
+
+- **An actor whose child runs the load and streams its records** (ray_stream.py), once the
+  child has started: it only waits for the child, and answers the rare control call and
+  clock reprobe. Its child keeps its own class (it was started before the move).
+- **The daemons of a Ray the backend started for this run** (`ray_address=local`), at the
+  start of the measured phase: after the actors exist, so that no worker the raylet starts
+  inherits the class. A Ray someone else started is never touched.
+
+Nothing moves back: the actors are killed after the run and a local Ray is shut down with it
+(leaving `SCHED_IDLE` needs CAP_SYS_NICE). Elsewhere than Linux nothing changes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+
+
+def yield_threads(pid: int | str = "self") -> int:
+    """Every thread of process `pid` (this one by default) to SCHED_IDLE; how many moved.
+    Threads it starts later inherit the class."""
+    tasks = f"/proc/{pid}/task"
+    if not hasattr(os, "SCHED_IDLE") or not os.path.isdir(tasks):
+        return 0
+    moved = 0
+    with contextlib.suppress(OSError):  # the process has ended
+        for tid in os.listdir(tasks):
+            with contextlib.suppress(OSError):  # refused, or the thread has ended
+                os.sched_setscheduler(int(tid), os.SCHED_IDLE, os.sched_param(0))
+                moved += 1
+    return moved
+
+
+def children(pid: int) -> list[int]:
+    """The processes whose parent is `pid` (Linux /proc; [] elsewhere)."""
+    found = []
+    with contextlib.suppress(OSError):
+        for entry in os.listdir("/proc"):
+            if entry.isdigit():
+                with contextlib.suppress(OSError, IndexError, ValueError):
+                    with open(f"/proc/{entry}/stat") as stat:
+                        # pid (comm) state ppid ...: comm may hold spaces and parentheses
+                        if int(stat.read().rsplit(")", 1)[1].split()[1]) == pid:
+                            found.append(int(entry))
+    return found
+
+
+def local_daemons(node, workers: set[int]) -> list[int]:
+    """The processes of a Ray node this process started (`ray._private.worker._global_node`):
+    the ones it launched itself (GCS, raylet, dashboard, monitors) and the raylet's children
+    but the worker processes in `workers` (the agents)."""
+    launched = [info.process.pid for infos in getattr(node, "all_processes", {}).values()
+                for info in infos]
+    agents = [child for pid in launched for child in children(pid) if child not in workers]
+    return [pid for pid in launched + agents if pid not in workers]
+
+
+def yield_local_ray(ray, workers: set[int]) -> list[int]:
+    """The daemons of the Ray this process started, to SCHED_IDLE: the pids moved."""
+    node = getattr(ray._private.worker, "_global_node", None)
+    if node is None:
+        return []
+    return [pid for pid in local_daemons(node, workers) if yield_threads(pid)]

@@ -1,0 +1,127 @@
+"""Ray's own processes give way to the load (llmperf/measure/backends/ray_yield.py): an actor
+whose child streams the load, and the daemons of a Ray the backend started for the run, move
+to SCHED_IDLE; the load's processes and the coordinator keep their class."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+LINUX = Path("/proc/self/task").is_dir() and hasattr(os, "SCHED_IDLE")
+pytestmark = pytest.mark.skipif(not LINUX, reason="SCHED_IDLE and /proc are Linux's")
+
+# Two threads, then yield_threads(), then one more thread: every thread's policy after.
+YIELD = """
+import json, os, threading
+from llmperf.measure.backends.ray_yield import yield_threads
+stop = threading.Event()
+threads = [threading.Thread(target=stop.wait) for _ in range(2)]
+for t in threads:
+    t.start()
+moved = yield_threads()
+late = threading.Thread(target=stop.wait)
+late.start()
+policies = {tid: os.sched_getscheduler(int(tid)) for tid in os.listdir("/proc/self/task")}
+stop.set()
+print(json.dumps({"moved": moved, "policies": list(policies.values()),
+                  "parent": os.sched_getscheduler(os.getppid())}))
+"""
+
+
+def policy(pid: int | str, tid: int | str | None = None) -> int:
+    """A thread's scheduling policy, read from /proc (field 41 of its stat)."""
+    path = f"/proc/{pid}/task/{tid or pid}/stat"
+    return int(Path(path).read_text().rsplit(")", 1)[1].split()[38])
+
+
+def test_every_thread_moves_to_sched_idle_and_a_later_thread_inherits_it():
+    out = subprocess.run([sys.executable, "-c", YIELD], capture_output=True, text=True,
+                         check=True, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=60)
+    got = json.loads(out.stdout)
+    assert got["moved"] >= 3  # the main thread and its two (imports may start more)
+    assert len(got["policies"]) == got["moved"] + 1  # and the one started after
+    assert set(got["policies"]) == {os.SCHED_IDLE}
+    assert got["parent"] == os.sched_getscheduler(0) != os.SCHED_IDLE  # this process: untouched
+
+
+def test_the_daemons_of_a_node_are_what_it_launched_and_their_children_but_its_workers():
+    from llmperf.measure.backends.ray_yield import children, local_daemons
+
+    sleeper = [sys.executable, "-c", "import time; time.sleep(60)"]
+    spawner = ("import subprocess, sys, time\n"
+               f"kids = [subprocess.Popen({sleeper!r}) for _ in range(2)]\n"
+               "print(' '.join(str(k.pid) for k in kids), flush=True)\n"
+               "time.sleep(60)\n")
+    gcs = subprocess.Popen(sleeper)
+    raylet = subprocess.Popen([sys.executable, "-c", spawner], stdout=subprocess.PIPE, text=True)
+    agent = worker = None
+    try:
+        agent, worker = map(int, raylet.stdout.readline().split())
+        assert sorted(children(raylet.pid)) == sorted([agent, worker])
+        node = SimpleNamespace(all_processes={
+            "gcs_server": [SimpleNamespace(process=gcs)],
+            "raylet": [SimpleNamespace(process=raylet)]})
+        assert sorted(local_daemons(node, {worker})) == sorted([gcs.pid, raylet.pid, agent])
+        assert local_daemons(SimpleNamespace(), set()) == []  # a node with nothing launched
+    finally:
+        for process in (gcs, raylet):
+            process.kill()
+            process.wait()
+        for pid in (agent, worker):
+            if pid is not None:
+                with contextlib.suppress(OSError):
+                    os.kill(pid, 9)
+
+
+def test_a_run_on_its_own_local_ray_yields_the_daemons_and_actors_but_not_the_load(monkeypatch):
+    ray = pytest.importorskip("ray")
+    from engines.base import Request
+    from engines.synthetic_options import SyntheticEngineConfig
+    from llmperf.measure.backends.plan import LoadPlan
+    from llmperf.measure.backends.ray_pool import RayPool
+
+    if ray.is_initialized():
+        ray.shutdown()
+    monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:9")  # another cluster: `local` starts its own
+    seen: dict[str, set[int]] = {}  # what ran during the load: kind -> the policies read
+    received: list[str] = []
+
+    def on_record(record) -> None:  # on the coordinator's thread, as the load runs
+        received.append(record.id)
+        if len(received) % 25:
+            return
+        node = ray._private.worker._global_node
+        for kind, infos in node.all_processes.items():
+            for info in infos:
+                seen.setdefault(kind, set()).add(policy(info.process.pid))
+        for actor in pool._actors:  # the actor's threads and its child's main thread
+            pid, child = ray.get([actor.pid.remote(), actor.child_pid.remote()])
+            with contextlib.suppress(OSError):  # a child that has ended, with its last batch
+                seen.setdefault("load", set()).add(policy(child))
+            for tid in os.listdir(f"/proc/{pid}/task"):
+                with contextlib.suppress(OSError):  # a thread that just ended
+                    seen.setdefault("actor", set()).add(policy(pid, tid))
+        seen.setdefault("coordinator", set()).add(os.sched_getscheduler(0))
+
+    pool = RayPool(2, SyntheticEngineConfig(tpot_s=0.001), "syn", on_record=on_record,
+                   address="local")
+    requests = [Request(id=f"r{k}", max_tokens=2, prompt_token_ids=[1] * 8, arrival_s=k / 100)
+                for k in range(200)]
+    started = time.monotonic()
+    pool.run(LoadPlan(warmup=[], requests=requests))
+    assert not ray.is_initialized()  # the Ray it started is shut down with the run
+    assert sorted(received) == sorted(r.id for r in requests) and not pool.lost
+    assert {"gcs_server", "raylet", "actor", "load", "coordinator"} <= set(seen), seen
+    assert seen["gcs_server"] == seen["raylet"] == seen["actor"] == {os.SCHED_IDLE}, seen
+    assert seen["load"] == seen["coordinator"] == {os.SCHED_OTHER}, seen
+    assert len(pool.yielded) >= 3  # GCS, raylet and more (dashboard, monitors, agents)
+    assert time.monotonic() - started < 120
