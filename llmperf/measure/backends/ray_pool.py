@@ -157,10 +157,9 @@ class RayPool:
         warmup, requests = plan.warmup, list(plan.requests)
         concurrency, duration_s = plan.concurrency, plan.duration_s
         ray = _ray()
-        started_here = not ray.is_initialized()
-        self._own_ray = started_here and self.address == "local"
+        started_here, local = not ray.is_initialized(), self.address == "local"
+        self._own_ray = started_here and local
         if started_here:
-            local = self.address == "local"
             ray.init(address=self.address, include_dashboard=False,
                      log_to_driver=False, logging_level="ERROR", configure_logging=False,
                      **(lean_local(self.workers, self.cpus_per_worker) if local else {}))
