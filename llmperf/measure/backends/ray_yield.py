@@ -11,8 +11,8 @@ core and does not preempt one that does:
   child has started: it only waits for the child, and answers the rare control call and
   clock reprobe. Its child keeps its own class (it was started before the move).
 - **The daemons of a Ray the backend started for this run** (`ray_address=local`), once the
-  actors exist and before the load: no worker the raylet starts after would inherit the
-  class. A Ray someone else started is never touched.
+  actors exist (a worker the raylet started after the move would inherit the class) and
+  before the load. A Ray someone else started is never touched.
 
 Nothing moves back: the actors are killed after the run and a local Ray is shut down with it
 (leaving `SCHED_IDLE` needs CAP_SYS_NICE). Elsewhere than Linux nothing changes.
