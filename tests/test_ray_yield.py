@@ -66,7 +66,7 @@ def test_the_daemons_of_a_node_are_what_it_launched_and_their_children_but_its_w
     agent = worker = None
     try:
         agent, worker = map(int, raylet.stdout.readline().split())
-        assert sorted(children(raylet.pid)) == sorted([agent, worker])
+        assert sorted(children({raylet.pid})) == sorted([agent, worker])
         node = SimpleNamespace(all_processes={
             "gcs_server": [SimpleNamespace(process=gcs)],
             "raylet": [SimpleNamespace(process=raylet)]})

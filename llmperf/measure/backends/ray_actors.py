@@ -27,7 +27,6 @@ with them, its turns then preempt the workers' loops (docs/sizing.md has the mea
 from __future__ import annotations
 
 import collections
-import contextlib
 import os
 import pickle
 import queue
@@ -36,7 +35,7 @@ import time
 from dataclasses import replace
 
 from llmperf.measure.backends.ray_child import ChildLoad
-from llmperf.measure.backends.ray_yield import yield_threads
+from llmperf.measure.backends.ray_yield import each_thread, yield_threads
 from llmperf.measure.workers import WorkerSpec, worker_main
 
 LOAD_IN = ("child", "actor")  # where an actor runs its load: LLMPERF_RAY_LOAD, the first by default
@@ -155,11 +154,7 @@ def take_priority(nice: int) -> int:
     the calling thread's nice after. Lowering a priority is always allowed; raising one needs
     CAP_SYS_NICE or room under RLIMIT_NICE, and where that is refused a thread keeps its own.
     Linux only (per-thread nice through /proc/self/task); elsewhere nothing changes."""
-    tasks = "/proc/self/task"
-    if os.path.isdir(tasks):
-        for tid in os.listdir(tasks):
-            with contextlib.suppress(OSError):  # refused, or the thread has ended
-                os.setpriority(os.PRIO_PROCESS, int(tid), nice)
+    each_thread(lambda tid: os.setpriority(os.PRIO_PROCESS, tid, nice))
     return os.getpriority(os.PRIO_PROCESS, 0)
 
 

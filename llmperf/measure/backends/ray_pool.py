@@ -125,7 +125,6 @@ class RayPool:
         self.lost: list[LostWorker] = []
         self.priorities: dict[int, int] = {}
         self.yielded: list[int] = []  # the daemons of a Ray started here, moved to SCHED_IDLE
-        self._own_ray = False
         self._actors: list = []
 
     @classmethod
@@ -158,13 +157,13 @@ class RayPool:
         concurrency, duration_s = plan.concurrency, plan.duration_s
         ray = _ray()
         started_here, local = not ray.is_initialized(), self.address == "local"
-        self._own_ray = started_here and local
         if started_here:
             ray.init(address=self.address, include_dashboard=False,
                      log_to_driver=False, logging_level="ERROR", configure_logging=False,
                      **(lean_local(self.workers, self.cpus_per_worker) if local else {}))
         try:
-            return self._run(ray, warmup, requests, concurrency, duration_s)
+            return self._run(ray, warmup, requests, concurrency, duration_s,
+                             own_ray=started_here and local)
         finally:
             actors, self._actors = self._actors, []
             for actor in actors:
@@ -173,7 +172,7 @@ class RayPool:
             if started_here:
                 ray.shutdown()
 
-    def _run(self, ray, warmup, requests, concurrency, duration_s) -> LoadResult:
+    def _run(self, ray, warmup, requests, concurrency, duration_s, own_ray: bool) -> LoadResult:
         from ray.util.placement_group import placement_group, remove_placement_group
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
@@ -195,7 +194,7 @@ class RayPool:
                 for i in range(n)
             ]
             nodes = ray.get([a.node.remote() for a in self._actors])
-            if self._own_ray:  # after the actors: no worker the raylet starts inherits it
+            if own_ray:  # after the actors: no worker the raylet starts inherits it
                 pids = set(ray.get([a.pid.remote() for a in self._actors]))
                 self.yielded = yield_local_ray(ray, pids)
             return self._drive(ray, nodes, warmup, requests, concurrency, duration_s, stream)

@@ -22,25 +22,33 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Callable
+
+
+def each_thread(apply: Callable[[int], object], pid: int | str = "self") -> int:
+    """`apply(tid)` on every thread of process `pid` (this one by default; Linux /proc, none
+    elsewhere): how many it applied to, a thread that refuses or has ended left out."""
+    tasks = f"/proc/{pid}/task"
+    done = 0
+    with contextlib.suppress(OSError):  # no /proc, or the process has ended
+        for tid in os.listdir(tasks):
+            with contextlib.suppress(OSError):  # refused, or the thread has ended
+                apply(int(tid))
+                done += 1
+    return done
 
 
 def yield_threads(pid: int | str = "self") -> int:
     """Every thread of process `pid` (this one by default) to SCHED_IDLE; how many moved.
     Threads it starts later inherit the class."""
-    tasks = f"/proc/{pid}/task"
-    if not hasattr(os, "SCHED_IDLE") or not os.path.isdir(tasks):
+    if not hasattr(os, "SCHED_IDLE"):
         return 0
-    moved = 0
-    with contextlib.suppress(OSError):  # the process has ended
-        for tid in os.listdir(tasks):
-            with contextlib.suppress(OSError):  # refused, or the thread has ended
-                os.sched_setscheduler(int(tid), os.SCHED_IDLE, os.sched_param(0))
-                moved += 1
-    return moved
+    return each_thread(lambda tid: os.sched_setscheduler(tid, os.SCHED_IDLE, os.sched_param(0)),
+                       pid)
 
 
-def children(pid: int) -> list[int]:
-    """The processes whose parent is `pid` (Linux /proc; [] elsewhere)."""
+def children(parents: set[int]) -> list[int]:
+    """The processes whose parent is one of `parents`, in one pass over /proc ([] elsewhere)."""
     found = []
     with contextlib.suppress(OSError):
         for entry in os.listdir("/proc"):
@@ -48,7 +56,7 @@ def children(pid: int) -> list[int]:
                 with contextlib.suppress(OSError, IndexError, ValueError):
                     with open(f"/proc/{entry}/stat") as stat:
                         # pid (comm) state ppid ...: comm may hold spaces and parentheses
-                        if int(stat.read().rsplit(")", 1)[1].split()[1]) == pid:
+                        if int(stat.read().rsplit(")", 1)[1].split()[1]) in parents:
                             found.append(int(entry))
     return found
 
@@ -59,7 +67,7 @@ def local_daemons(node, workers: set[int]) -> list[int]:
     but the worker processes in `workers` (the agents)."""
     launched = [info.process.pid for infos in getattr(node, "all_processes", {}).values()
                 for info in infos]
-    agents = [child for pid in launched for child in children(pid) if child not in workers]
+    agents = [child for child in children(set(launched)) if child not in workers]
     return [pid for pid in launched + agents if pid not in workers]
 
 
