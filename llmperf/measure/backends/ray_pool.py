@@ -31,6 +31,7 @@ import contextlib
 import logging
 import os
 import pickle
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -38,7 +39,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from engines.base import Request
-from llmperf.errors import require
+from llmperf.errors import UsageError, require
 from llmperf.measure import gc_quiet
 from llmperf.measure.backends.plan import LoadParts, LoadPlan
 from llmperf.measure.backends.ray_actors import LOAD_IN, actor_class, taken
@@ -158,9 +159,18 @@ class RayPool:
         ray = _ray()
         started_here, local = not ray.is_initialized(), self.address == "local"
         if started_here:
-            ray.init(address=self.address, include_dashboard=False,
-                     log_to_driver=False, logging_level="ERROR", configure_logging=False,
-                     **(lean_local(self.workers, self.cpus_per_worker) if local else {}))
+            unreachable = None if self.address in ("auto", "local") else _unreachable(self.address)
+            if unreachable:  # else Ray's own connect retries go on for minutes
+                raise UsageError(f"scenario.client.ray_address={self.address}: cannot reach it "
+                                 f"({unreachable})")
+            try:
+                ray.init(address=self.address, include_dashboard=False,
+                         log_to_driver=False, logging_level="ERROR", configure_logging=False,
+                         **(lean_local(self.workers, self.cpus_per_worker) if local else {}))
+            except (ConnectionError, ValueError) as error:  # none running, a malformed address
+                raise UsageError(f"scenario.client.ray_address={self.address}: "
+                                 f"{str(error).splitlines()[0]} (local: start one here for "
+                                 "the run)") from None
         try:
             return self._run(ray, warmup, requests, concurrency, duration_s,
                              own_ray=started_here and local)
@@ -369,6 +379,19 @@ def _answers(ray, takes: dict, refused: dict[int, float]) -> list[tuple[int, lis
         except Exception:  # RayActorError and the like
             refused[index] = time.perf_counter() + POLL_S
     return answers
+
+
+def _unreachable(address: str, timeout_s: float = 10.0) -> str | None:
+    """Why a cluster's `host:port` (or `ray://host:port`) takes no connection, or None: one
+    that does, or an address Ray will refuse by its form."""
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not host or not port.isdigit():
+        return None
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout_s).close()
+    except OSError as error:
+        return f"{type(error).__name__}: {error}"
+    return None
 
 
 def _probe(ray, actor) -> Callable[[], int]:
