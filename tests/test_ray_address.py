@@ -8,6 +8,7 @@ import pytest
 
 pytest.importorskip("ray")
 
+
 @pytest.mark.parametrize(("address", "words"), [
     ("auto", "Could not find any running Ray instance"),  # none runs, no RAY_ADDRESS
     ("not-an-address", "Invalid address format"),
