@@ -172,3 +172,35 @@ def test_at_a_high_rate_a_batch_holds_at_most_records_batch_records():
     sizes = [len(batch) for kind, _, batch in c.got if kind == "records"]
     assert sum(sizes) == 900 and max(sizes) == RECORDS_BATCH
     assert sizes.count(RECORDS_BATCH) >= 900 // RECORDS_BATCH // 2  # most of them cut by count
+
+
+def test_messages_of_any_size_come_whole_and_in_order_from_several_connections():
+    """The stream cuts each connection's bytes into messages by their length headers: one
+    over 16 KiB (its header sent apart), one over the read's 64 KiB chunk (several reads),
+    an empty one, from two workers writing in turn, each worker's in the order sent."""
+    stream = RecordStream("127.0.0.1", 2)
+    sizes = [0, 1, 100, 16385, 200_000, 3300, 70_000]
+    try:
+        conns = [Client(stream.address, authkey=stream.authkey) for _ in range(2)]
+        for index, conn in enumerate(conns):
+            conn.send_bytes(pickle.dumps(("hello", index, None)))
+        sent = {index: [bytes([index + 1]) * size + str(k).encode() for k, size in enumerate(sizes)]
+                for index in range(2)}
+        for k in range(len(sizes)):  # interleaved: worker 0's k-th, then worker 1's
+            for index, conn in enumerate(conns):
+                conn.send_bytes(sent[index][k])
+        got: dict[int, list[bytes]] = {0: [], 1: []}
+        deadline = time.monotonic() + 10
+        while any(len(got[i]) < len(sizes) for i in got):
+            assert time.monotonic() < deadline, {i: len(m) for i, m in got.items()}
+            for index, messages in stream.read(0.1):
+                got[index].extend(messages)
+        assert got == sent
+        for conn in conns:
+            conn.close()
+        deadline = time.monotonic() + 10
+        while stream.closed != {0, 1}:  # both ends seen, nothing more read
+            assert time.monotonic() < deadline
+            assert stream.read(0.1) == []
+    finally:
+        stream.close()

@@ -110,6 +110,7 @@ class WorkerSpec:
     control_poll_s: float = CONTROL_POLL_S
     records_flush_s: float = RECORDS_FLUSH_S
     records_batch: int = RECORDS_BATCH
+    node: str | None = None  # the Ray node it runs on (backends/ray_pool.py), set on its records
 
 
 class WorkerPool:
@@ -312,7 +313,7 @@ async def _drive(spec: WorkerSpec, engine, results_q, control, go, start_at) -> 
             pending.clear()
 
     def kept(record: RequestRecord) -> None:
-        pending.append(replace(record, worker=spec.index))
+        pending.append(replace(record, worker=spec.index, node=spec.node))
         if len(pending) >= spec.records_batch:
             flush()
 

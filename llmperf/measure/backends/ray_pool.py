@@ -233,11 +233,12 @@ class RayPool:
         for i, (w, r) in enumerate(zip(split(warmup, n), schedule, strict=True)):
             origin_here = origin_unix_ns + round(self.clocks[i].applied_offset_s * 1e9)
             spec = WorkerSpec(i, self.engine_options, self.model, w, r, shares[i], duration_s,
-                              saturation, self.record_tokens, origin_here, self.event_loop)
+                              saturation, self.record_tokens, origin_here, self.event_loop,
+                              node=nodes[i])
             runs[self._actors[i].run.remote(spec, nice)] = i
 
         results: dict[int, LoadResult] = {}
-        recorded: dict[int, set[str]] = {i: set() for i in range(n)}
+        received: dict[int, list[list[RequestRecord]]] = {i: [] for i in range(n)}  # batches
         verdict: Saturation | None = None
         ready, start_s = 0, None
         coordinator = CpuMeter("coordinator")
@@ -261,10 +262,9 @@ class RayPool:
                     answers = _answers(ray, takes, refused)
                 for index, messages in answers:
                     for kind, _, payload in messages:
-                        if kind == "records":
+                        if kind == "records":  # named by their worker and node already
+                            received[index].append(payload)
                             for record in payload:
-                                record.node = nodes[index]
-                                recorded[index].add(record.id)
                                 self.on_record(record)
                         elif kind == "ready":
                             ready += 1
@@ -281,7 +281,7 @@ class RayPool:
                             raise RuntimeError(f"load worker {index} failed:\n{payload}")
                 if time.perf_counter() - checked >= POLL_S:  # not at every batch streamed in
                     checked = time.perf_counter()
-                    self._note_lost(ray, runs, results, recorded, schedule, shares, nodes,
+                    self._note_lost(ray, runs, results, received, schedule, shares, nodes,
                                     checked - origin_s, start_s)
                 if start_s is None and ready and ready == n - len(self.lost):
                     gc_quiet.settle()  # before the start: out of the measured phase
@@ -320,7 +320,7 @@ class RayPool:
         """Every worker is warm: the measured phase starts at `start_perf_s` (perf_counter)."""
         self.on_measure_start()
 
-    def _note_lost(self, ray, runs, results, recorded, schedule, shares, nodes, now_s,
+    def _note_lost(self, ray, runs, results, received, schedule, shares, nodes, now_s,
                    start_s) -> None:
         """Workers whose actor died: their in-flight requests as `worker lost` records (none
         before the measured phase: a worker lost in its warmup leaves its share unsent)."""
@@ -337,7 +337,8 @@ class RayPool:
                     self.interrupt()
                     raise RuntimeError(f"load worker {index} failed:\n{failure}")
                 continue  # ended normally: its "done" is on the way
-            lost = [] if start_s is None else _in_flight(schedule[index], recorded[index],
+            recorded = {r.id for batch in received[index] for r in batch}
+            lost = [] if start_s is None else _in_flight(schedule[index], recorded,
                                                          shares[index], now_s - start_s)
             for request in lost:
                 self.on_record(_lost_record(request, index, nodes[index], start_s, now_s))

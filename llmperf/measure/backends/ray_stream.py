@@ -1,7 +1,7 @@
 """The ray backend's records on a stream of their own (`LLMPERF_RAY_RELAY=stream`, the
 default): each actor's child (ray_child.py) connects to the coordinator over TCP and sends its
 messages there as a local worker sends them into its pipe, and the coordinator reads them as
-the processes backend reads its queue (llmperf/measure/workers.py): one hop, as they come.
+they come: one hop.
 Ray still places the actors, carries the control calls and the clock probes, and tells a lost
 one; the records no longer pass through the actor's process and Ray's calls.
 
@@ -16,6 +16,10 @@ one; the records no longer pass through the actor's process and Ray's calls.
   when the child's feeder thread has it, not when the one before is acknowledged. With it
   on, a load's dispatch lag p99 over loopback read 2.3x a pipe's at 4500 req/s on 2 cores
   (batches of 16 records every 5 ms), off 1.09x (docs/sizing.md).
+- **Read raw.** The coordinator's turns share the cores with the loads: it reads each
+  ready socket in one `recv_into` and cuts the bytes into messages by their headers, with
+  one selector for all (`RecordStream`). Its main thread then costs what it costs beside
+  the processes backend's queue (docs/sizing.md, "Ray actors and local processes").
 - Where the workers cannot reach the coordinator's address (a firewall, a Ray client
   connection from outside the cluster), `LLMPERF_RAY_RELAY=take` carries the records in the
   coordinator's calls to the actors instead.
@@ -27,16 +31,26 @@ import contextlib
 import os
 import pickle
 import queue
+import selectors
 import socket
+import struct
 import threading
-from multiprocessing.connection import Client, Connection, Listener, wait
+from multiprocessing.connection import Client, Connection, Listener
 
 HELLO = "hello"
+_HEADER = struct.Struct("!i")  # multiprocessing.connection's length header
+_BIG = struct.Struct("!Q")  # after a header of -1: a message of 2 GiB or more
 
 
 class RecordStream:
     """The coordinator's end: a listener the workers' children connect to, and their messages
-    read as they come (`read`)."""
+    read as they come (`read`).
+
+    Lean per message, as the coordinator's turns take a core from the loads beside it: each
+    authenticated connection's socket stays registered with one selector (epoll), and a turn
+    reads what a ready socket holds in one `recv_into` and cuts it into messages by their
+    length headers (multiprocessing.connection's framing, which the child's `send_bytes`
+    writes), where `Connection.recv_bytes` costs a `poll` and two reads per message."""
 
     def __init__(self, host: str, workers: int) -> None:
         self.authkey = os.urandom(32)
@@ -44,11 +58,15 @@ class RecordStream:
         self.address: tuple[str, int] = self._listener.address
         self._workers = workers
         self._lock = threading.Lock()
-        self._new: list[Connection] = []  # accepted, not yet named by their first message
-        self._open: dict[Connection, int] = {}  # named: the worker each connection is
+        self._new: list[Connection] = []  # accepted by the accept thread, not yet registered
+        self._selector = selectors.DefaultSelector()
+        # the accept thread's byte on this pair wakes a read waiting on the selector
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._selector.register(self._wake_r, selectors.EVENT_READ, None)
+        self._readers: list[_Reader] = []
         self.closed: set[int] = set()  # workers whose connection has ended
         self.errors: list[str] = []  # connections refused (a wrong key) or broken at the start
-        self._arrived = threading.Event()  # a connection was accepted
         self._closing = threading.Event()
         self._accepting = threading.Thread(target=self._accept, name="llmperf-ray-stream",
                                            daemon=True)
@@ -68,45 +86,40 @@ class RecordStream:
             _nodelay(conn)
             with self._lock:
                 self._new.append(conn)
-            self._arrived.set()
+            with contextlib.suppress(OSError):
+                self._wake_w.send(b"\0")
 
     def read(self, timeout: float) -> list[tuple[int, list[bytes]]]:
         """Each worker's messages that came within `timeout`, pickled, in order, with the
         worker they came from."""
         with self._lock:
-            conns = self._new + list(self._open)
-        if not conns:  # none yet: until one connects
-            self._arrived.wait(timeout)
-            self._arrived.clear()
-            return []
+            new, self._new = self._new, []
+        for conn in new:
+            reader = _Reader(conn)
+            self._readers.append(reader)
+            self._selector.register(reader.sock, selectors.EVENT_READ, reader)
         got: dict[int, list[bytes]] = {}
-        for conn in wait(conns, timeout=timeout):
-            index, messages = self._drain(conn)
-            if index is not None:
-                got.setdefault(index, []).extend(messages)
+        for key, _ in self._selector.select(timeout):
+            reader = key.data
+            if reader is None:  # woken: a connection came; registered at the next turn
+                with contextlib.suppress(OSError):
+                    self._wake_r.recv(4096)
+                continue
+            messages, ended = reader.read()
+            if reader.index is not None and messages:
+                got.setdefault(reader.index, []).extend(messages)
+            if ended:
+                self._end(reader)
         return list(got.items())
 
-    def _drain(self, conn: Connection) -> tuple[int | None, list[bytes]]:
-        messages, index = [], self._open.get(conn)
-        try:
-            while conn.poll(0):
-                message = conn.recv_bytes()
-                if index is None:  # its first: which worker it is
-                    index = pickle.loads(message)[1]
-                    with self._lock:
-                        self._new.remove(conn)
-                        self._open[conn] = index
-                    continue
-                messages.append(message)
-        except (EOFError, OSError):  # ended: the child is done, or lost with its actor
-            with self._lock:
-                self._open.pop(conn, None)
-                if conn in self._new:
-                    self._new.remove(conn)
-            conn.close()
-            if index is not None:
-                self.closed.add(index)
-        return index, messages
+    def _end(self, reader: _Reader) -> None:
+        """A connection ended: the child is done, or lost with its actor."""
+        with contextlib.suppress(KeyError, ValueError, OSError):
+            self._selector.unregister(reader.sock)
+        reader.close()
+        self._readers.remove(reader)
+        if reader.index is not None:
+            self.closed.add(reader.index)
 
     def close(self) -> None:
         self._closing.set()
@@ -115,10 +128,68 @@ class RecordStream:
                 socket.create_connection(self.address, timeout=1.0).close()
             self._accepting.join(timeout=5.0)
         with self._lock:
-            conns, self._new, self._open = self._new + list(self._open), [], {}
-        for conn in conns:
+            new, self._new = self._new, []
+        for conn in new:
             conn.close()
+        for reader in list(self._readers):
+            self._end(reader)
+        self._selector.close()
+        self._wake_r.close()
+        self._wake_w.close()
         self._listener.close()
+
+
+class _Reader:
+    """One worker's connection, read raw: its messages cut from the bytes by their headers
+    (4 bytes, big-endian, the length; -1 and 8 more for one of 2 GiB or more), the first
+    naming the worker."""
+
+    CHUNK = 1 << 16
+
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn  # keeps the authenticated descriptor; the socket below is a copy
+        self.sock = socket.socket(fileno=os.dup(conn.fileno()))
+        self.sock.setblocking(False)
+        self.index: int | None = None
+        self._buf = bytearray()
+        self._chunk = bytearray(self.CHUNK)  # reused: no fresh allocation a read
+
+    def read(self) -> tuple[list[bytes], bool]:
+        """The whole messages received so far, and whether the connection has ended."""
+        ended = False
+        while True:
+            try:
+                n = self.sock.recv_into(self._chunk)
+            except (BlockingIOError, InterruptedError):
+                break
+            except OSError:  # reset: the child died with its actor
+                ended = True
+                break
+            if n == 0:
+                ended = True
+                break
+            self._buf += memoryview(self._chunk)[:n]
+            if n < self.CHUNK:
+                break
+        messages, buf, pos = [], self._buf, 0
+        while len(buf) - pos >= 4:
+            (size,), head = _HEADER.unpack_from(buf, pos), 4
+            if size == -1:
+                if len(buf) - pos < 12:
+                    break
+                (size,), head = _BIG.unpack_from(buf, pos + 4), 12
+            if len(buf) - pos - head < size:
+                break
+            messages.append(bytes(buf[pos + head:pos + head + size]))
+            pos += head + size
+        del buf[:pos]
+        if self.index is None and messages:  # its first: which worker it is
+            self.index = pickle.loads(messages.pop(0))[1]
+        return messages, ended
+
+    def close(self) -> None:
+        self.sock.close()
+        self.conn.close()
 
 
 class StreamQueue:
