@@ -34,7 +34,13 @@ requests at once as it can send (`--request-rate inf`), and the rate it carries 
 for the default client's capacity.
 
 `--alternate` compares backends instead of searching: one trial per backend in turn at each
-`--rates` rate, `--repeats` times, in this one process, with the p99 ratios paired by repeat.
+`--rates` rate, `--repeats` times, with the p99 ratios paired by repeat and a 90% bootstrap
+interval of their median. Each trial runs in a process of its own (`--no-fresh`: all in this
+one, as before), after a pause of `--settle-s` (3 s), and the members' order turns at each
+repeat: a trial inherits neither the heap, the collector nor the Ray of the one before, and
+on a guest whose freed memory goes back to the host the member after a Ray trial no longer
+runs on the memory Ray just freed (docs/sizing.md). `processes:aa` is the processes backend
+a second time: the spread of a backend against itself.
 `ray` is the ray backend (each actor's load in its child process, its records on a connection
 to the coordinator) on a Ray started here for all its trials, `ray:local` the same with a
 Ray of each trial's own (`scenario.client.ray_address=local`, as a user's run starts one:
@@ -209,6 +215,7 @@ def capacity(args, base_url: str | None, workers: int) -> float:
 # --alternate's members: the backend, the Ray beside it (none, or as `--backend ray` starts
 # it) and the environment its trials run in
 MEMBERS = {"processes": ("processes", False, {}),
+           "processes:aa": ("processes", False, {}),  # processes again: the A/A pair's spread
            "processes:gc": ("processes", False, {}),  # the coordinator's collector as before
            "ray:gc": ("ray", True, {}),
            "processes+ray": ("processes", True, {}),
@@ -324,41 +331,81 @@ def alternate(args, base_url: str | None) -> dict:
     trials: dict[str, list[dict]] = {}
     for k in range(args.repeats):
         for rate in args.rates:
-            for backend in args.alternate:
+            turn = k % len(args.alternate)  # each member first in turn: no order favours one
+            for backend in args.alternate[turn:] + args.alternate[:turn]:
                 args.backend, beside, env = MEMBERS[backend]
-                ray_running(beside, args.workers[0])
-                for name in ("LLMPERF_RAY_LOAD", "LLMPERF_RAY_RELAY"):
-                    os.environ.pop(name, None)
+                ray_running(beside and not args.fresh, args.workers[0])  # --fresh: the trial's
+                for name in {name for _, _, member_env in MEMBERS.values() for name in member_env}:
+                    os.environ.pop(name, None)  # another member's
                 os.environ.update(env)
-                out = args.output_dir / f"trial-{k:02d}_rate-{rate:.0f}_{backend.replace(':', '-')}"
-                calls = (ray_calls(args.workers[0], rate) if backend == "processes+calls"
-                         else contextlib.nullcontext())
-                with calls, poll_s(0.05 if backend == "ray:poll50" else None), \
-                        coordinator_gc(not backend.endswith(":gc")):
-                    t = trial(args, base_url, args.workers[0], rate, out)
+                k_out = k + args.first_repeat
+                out = args.output_dir / f"trial-{k_out:02d}_rate-{rate:.0f}_{backend.replace(':', '-')}"
+                time.sleep(args.settle_s)
+                if args.fresh:
+                    t = fresh_trial(args, base_url, backend, rate, k_out)
+                else:
+                    calls = (ray_calls(args.workers[0], rate) if backend == "processes+calls"
+                             else contextlib.nullcontext())
+                    with calls, poll_s(0.05 if backend == "ray:poll50" else None), \
+                            coordinator_gc(not backend.endswith(":gc")):
+                        t = trial(args, base_url, args.workers[0], rate, out)
                 trials.setdefault(f"{backend} {rate:.0f}", []).append(t)
                 print(f"  {backend:15s} rate={rate:8.1f} req/s  dispatch lag p50 "
                       f"{t['dispatch_lag_p50_ms']:6.3f} ms  p99 {t['dispatch_lag_p99_ms']:6.2f} ms  served "
                       f"{t['served_rps'] or 0:7.1f} req/s  failed {t['failed']}"
                       f"{'  saturated' if t['saturated'] else ''}", flush=True)
+    if args.quiet_summary:  # a --fresh trial's process: its trials on one line, for its parent
+        print(json.dumps(trials))
+        return trials
     print(f"\ndispatch lag p99, median of {args.repeats} (ms):")
     for key, ts in trials.items():
         p99 = sorted(t["dispatch_lag_p99_ms"] for t in ts)
         print(f"  {key:20s} {statistics.median(p99):7.2f}  ({p99[0]:.2f}-{p99[-1]:.2f})")
     first = args.alternate[0]
-    print(f"\np99 against {first}'s in the same repeat: the median ratio, pairs lower than {first}'s:")
+    print(f"\np99 against {first}'s in the same repeat: the median ratio (a 90% bootstrap interval"
+          f" of it), pairs lower than {first}'s:")
     for rate in args.rates:
         for backend in args.alternate[1:]:
-            ratio, lower = paired(trials[f"{backend} {rate:.0f}"], trials[f"{first} {rate:.0f}"])
-            print(f"  {backend} {rate:.0f}".ljust(22) + f" {ratio:6.2f}x  {lower} of {args.repeats}")
+            ratio, (low, high), lower = paired(trials[f"{backend} {rate:.0f}"],
+                                               trials[f"{first} {rate:.0f}"])
+            print(f"  {backend} {rate:.0f}".ljust(22) + f" {ratio:6.2f}x  ({low:.2f}-{high:.2f})"
+                  f"  {lower} of {args.repeats}")
     return trials
 
 
-def paired(trials: list[dict], against: list[dict]) -> tuple[float, int]:
-    """Trial by trial (the same repeat): the median of the p99 ratios, and how many are lower."""
+def fresh_trial(args, base_url: str | None, backend: str, rate: float, k: int) -> dict:
+    """One trial of `backend` in a process of its own (`--fresh`): no trial inherits the
+    heap, the collector's state or a Ray of the one before it."""
+    command = [sys.executable, __file__, "--workers", str(args.workers[0]), "--alternate", backend,
+               "--rates", repr(rate), "--repeats", "1", "--duration-s", repr(args.duration_s),
+               "--output-tokens", str(args.output_tokens), "--threshold-ms", repr(args.threshold_ms),
+               "--output-dir", str(args.output_dir), "--first-repeat", str(k), "--settle-s", "0",
+               "--no-fresh", "--quiet-summary"]
+    if base_url is not None:
+        command += ["--engine", args.engine, "--base-url", base_url]
+    done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT)
+    if done.returncode != 0:
+        raise SystemExit(f"a --fresh trial of {backend} failed ({done.returncode}):\n"
+                         f"{done.stdout[-2000:]}{done.stderr[-2000:]}")
+    (t,) = json.loads(done.stdout.strip().splitlines()[-1])[f"{backend} {rate:.0f}"]
+    return t
+
+
+def paired(trials: list[dict], against: list[dict],
+           resamples: int = 4000) -> tuple[float, tuple[float, float], int]:
+    """Trial by trial (the same repeat): the median of the p99 ratios, its 5th-95th percentile
+    over `resamples` bootstrap resamples of the pairs (seeded: the same trials give the same
+    interval), and how many ratios are below 1. An A/A member (`processes:aa`) gives the
+    interval the same backend spans against itself."""
+    import random
+
     ratios = [t["dispatch_lag_p99_ms"] / a["dispatch_lag_p99_ms"]
               for t, a in zip(trials, against, strict=True)]
-    return statistics.median(ratios), sum(r < 1 for r in ratios)
+    rng = random.Random(0)
+    medians = sorted(statistics.median(rng.choices(ratios, k=len(ratios)))
+                     for _ in range(resamples))
+    interval = medians[int(0.05 * resamples)], medians[int(0.95 * resamples) - 1]
+    return statistics.median(ratios), interval, sum(r < 1 for r in ratios)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -383,6 +430,14 @@ def main(argv: list[str] | None = None) -> None:
                         choices=list(MEMBERS),
                         help="instead of a search: these backends in turn at each --rates rate")
     parser.add_argument("--rates", type=float, nargs="+", default=[6200.0, 9300.0])
+    parser.add_argument("--fresh", action=argparse.BooleanOptionalAction, default=True,
+                        help="--alternate: each trial in a process of its own (default)")
+    parser.add_argument("--settle-s", type=float, default=3.0,
+                        help="--alternate: a pause before each trial, for the host to take back"
+                             " the memory the one before freed")
+    parser.add_argument("--first-repeat", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--quiet-summary", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--base-url", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--repeats", type=int, default=4)
     parser.add_argument("--output-dir", type=Path,
                         default=ROOT / "reports" / "client-capacity" / time.strftime("%Y%m%d-%H%M%S"))
@@ -394,7 +449,9 @@ def main(argv: list[str] | None = None) -> None:
     if args.backend == "ray" and not args.alternate:
         ray_running(True, max(args.workers))
     server, base_url = None, None
-    if args.engine != "synthetic":
+    if args.base_url is not None:  # a --fresh trial: the parent's server
+        base_url = args.base_url
+    elif args.engine != "synthetic":
         port = free_port()
         server = start_server(port) if args.engine == "http" else start_mock(port)
         base_url = f"http://127.0.0.1:{port}/v1"
@@ -407,7 +464,9 @@ def main(argv: list[str] | None = None) -> None:
             if server is not None:
                 server.terminate()
                 server.wait(timeout=10)
-        (args.output_dir / "alternate.json").write_text(json.dumps(trials, indent=2))
+        if not args.quiet_summary:
+            args.output_dir.mkdir(parents=True, exist_ok=True)
+            (args.output_dir / "alternate.json").write_text(json.dumps(trials, indent=2))
         return
     try:
         for client in args.clients if base_url else ["default"]:
