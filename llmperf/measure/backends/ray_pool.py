@@ -31,19 +31,18 @@ import contextlib
 import logging
 import os
 import pickle
-import socket
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
-from engines.base import Request
-from llmperf.errors import UsageError, require
+from llmperf.errors import require
 from llmperf.measure import gc_quiet
 from llmperf.measure.backends.plan import LoadParts, LoadPlan
 from llmperf.measure.backends.ray_actors import LOAD_IN, actor_class, taken
-from llmperf.measure.backends.ray_settings import RELAYS, lean_local, load_in, relay
+from llmperf.measure.backends.ray_lost import LostWorker, in_flight, lost_record
+from llmperf.measure.backends.ray_settings import RELAYS, load_in, relay, start_ray
 from llmperf.measure.backends.ray_stream import RecordStream
 from llmperf.measure.backends.ray_yield import yield_local_ray
 from llmperf.measure.client_cpu import CpuMeter
@@ -64,22 +63,8 @@ from llmperf.measure.workers import (
 POLL_S = 0.1  # the coordinator takes each worker's messages, and looks for lost ones, this often
 TAKE_WAIT_S = 1.0  # a worker's `take` returns once it has messages, else after this
 REPROBE_S = 5.0  # clock offsets are measured again this often during the run
-LOST = "worker lost"
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class LostWorker:
-    worker: int
-    node: str | None
-    at_s: float  # on the run's clock: when the coordinator noticed
-    in_flight: int  # its requests recorded as `worker lost`
-    reason: str
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"worker": self.worker, "node": self.node, "at_s": self.at_s,
-                "in_flight": self.in_flight, "reason": self.reason}
 
 
 def _ray():
@@ -159,18 +144,7 @@ class RayPool:
         ray = _ray()
         started_here, local = not ray.is_initialized(), self.address == "local"
         if started_here:
-            unreachable = None if self.address in ("auto", "local") else _unreachable(self.address)
-            if unreachable:  # else Ray's own connect retries go on for minutes
-                raise UsageError(f"scenario.client.ray_address={self.address}: cannot reach it "
-                                 f"({unreachable})")
-            try:
-                ray.init(address=self.address, include_dashboard=False,
-                         log_to_driver=False, logging_level="ERROR", configure_logging=False,
-                         **(lean_local(self.workers, self.cpus_per_worker) if local else {}))
-            except (ConnectionError, ValueError) as error:  # none running, a malformed address
-                raise UsageError(f"scenario.client.ray_address={self.address}: "
-                                 f"{str(error).splitlines()[0]} (local: start one here for "
-                                 "the run)") from None
+            start_ray(ray, self.address, self.workers, self.cpus_per_worker)
         try:
             return self._run(ray, warmup, requests, concurrency, duration_s,
                              own_ray=started_here and local)
@@ -338,30 +312,11 @@ class RayPool:
                     raise RuntimeError(f"load worker {index} failed:\n{failure}")
                 continue  # ended normally: its "done" is on the way
             recorded = {r.id for batch in received[index] for r in batch}
-            lost = [] if start_s is None else _in_flight(schedule[index], recorded,
+            lost = [] if start_s is None else in_flight(schedule[index], recorded,
                                                          shares[index], now_s - start_s)
             for request in lost:
-                self.on_record(_lost_record(request, index, nodes[index], start_s, now_s))
+                self.on_record(lost_record(request, index, nodes[index], start_s, now_s))
             self.lost.append(LostWorker(index, nodes[index], now_s, len(lost), reason))
-
-
-def _in_flight(requests: list[Request], recorded: set[str], slots: int | None,
-               elapsed_s: float) -> list[Request]:
-    """A lost worker's requests that were sent and had no record: in an open loop those due
-    `elapsed_s` into the measured phase (one due between the loss and its notice, at most
-    POLL_S, counts too); in a closed loop its next `slots` requests, in the order its users
-    take them."""
-    if slots is None:
-        return [r for r in requests if r.arrival_s <= elapsed_s and r.id not in recorded]
-    unrecorded = [r for r in requests if r.id not in recorded]
-    return unrecorded[: max(0, min(slots, len(requests) - len(recorded)))]
-
-
-def _lost_record(request: Request, worker: int, node: str | None, start_s: float,
-                 now_s: float) -> RequestRecord:
-    sent_s = min(start_s + request.arrival_s, now_s)  # a closed loop's send time is not known
-    return RequestRecord(id=request.id, arrival_s=sent_s, dispatch_s=sent_s, first_token_s=None,
-                         end_s=now_s, finish_reason="error", error=LOST, worker=worker, node=node)
 
 
 def _answers(ray, takes: dict, refused: dict[int, float]) -> list[tuple[int, list[tuple]]]:
@@ -380,19 +335,6 @@ def _answers(ray, takes: dict, refused: dict[int, float]) -> list[tuple[int, lis
         except Exception:  # RayActorError and the like
             refused[index] = time.perf_counter() + POLL_S
     return answers
-
-
-def _unreachable(address: str, timeout_s: float = 10.0) -> str | None:
-    """Why a cluster's `host:port` (or `ray://host:port`) takes no connection, or None: one
-    that does, or an address Ray will refuse by its form."""
-    host, _, port = address.removeprefix("ray://").rpartition(":")
-    if not host or not port.isdigit():
-        return None
-    try:
-        socket.create_connection((host, int(port)), timeout=timeout_s).close()
-    except OSError as error:
-        return f"{type(error).__name__}: {error}"
-    return None
 
 
 def _probe(ray, actor) -> Callable[[], int]:

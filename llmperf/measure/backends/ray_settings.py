@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import os
+import socket
 from typing import Any
 
 from llmperf.errors import UsageError
@@ -48,3 +49,35 @@ def _choice(name: str, valid: tuple[str, ...]) -> str:
     if value not in valid:
         raise UsageError(f"{name}={value!r}: valid: {', '.join(valid)}")
     return value
+
+
+def start_ray(ray, address: str, workers: int, cpus_per_worker: float) -> None:
+    """ray.init for a run: `local` starts a Ray here (lean_local), `auto` joins the one
+    running, else the address's. One that cannot be joined is one line (UsageError): none
+    running for auto, a malformed address, a host:port that takes no connection (checked
+    first: Ray's own connect retries go on for minutes)."""
+    local = address == "local"
+    why = None if address in ("auto", "local") else unreachable(address)
+    if why:
+        raise UsageError(f"scenario.client.ray_address={address}: cannot reach it ({why})")
+    try:
+        ray.init(address=address, include_dashboard=False, log_to_driver=False,
+                 logging_level="ERROR", configure_logging=False,
+                 **(lean_local(workers, cpus_per_worker) if local else {}))
+    except (ConnectionError, ValueError) as error:  # none running, a malformed address
+        raise UsageError(f"scenario.client.ray_address={address}: "
+                         f"{str(error).splitlines()[0]} (local: start one here for the run)"
+                         ) from None
+
+
+def unreachable(address: str, timeout_s: float = 10.0) -> str | None:
+    """Why a cluster's `host:port` (or `ray://host:port`) takes no connection, or None: one
+    that does, or an address Ray will refuse by its form."""
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not host or not port.isdigit():
+        return None
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout_s).close()
+    except OSError as error:
+        return f"{type(error).__name__}: {error}"
+    return None

@@ -156,36 +156,43 @@ class _Reader:
 
     def read(self) -> tuple[list[bytes], bool]:
         """The whole messages received so far, and whether the connection has ended."""
-        ended = False
+        ended = self._fill()
+        messages = self._cut()
+        if self.index is None and messages:  # its first: which worker it is
+            self.index = pickle.loads(messages.pop(0))[1]
+        return messages, ended
+
+    def _fill(self) -> bool:
+        """What the socket holds, onto the buffer; True if the connection has ended."""
         while True:
             try:
                 n = self.sock.recv_into(self._chunk)
             except (BlockingIOError, InterruptedError):
-                break
+                return False
             except OSError:  # reset: the child died with its actor
-                ended = True
-                break
+                return True
             if n == 0:
-                ended = True
-                break
+                return True
             self._buf += memoryview(self._chunk)[:n]
             if n < self.CHUNK:
-                break
+                return False
+
+    def _cut(self) -> list[bytes]:
+        """The buffer's whole messages, each copied once; a partial one stays for later."""
         messages, buf, pos = [], self._buf, 0
-        while len(buf) - pos >= 4:
-            (size,), head = _HEADER.unpack_from(buf, pos), 4
-            if size == -1:
-                if len(buf) - pos < 12:
+        with memoryview(buf) as view:  # released before the buffer is cut
+            while len(buf) - pos >= 4:
+                (size,), head = _HEADER.unpack_from(buf, pos), 4
+                if size == -1:
+                    if len(buf) - pos < 12:
+                        break
+                    (size,), head = _BIG.unpack_from(buf, pos + 4), 12
+                if len(buf) - pos - head < size:
                     break
-                (size,), head = _BIG.unpack_from(buf, pos + 4), 12
-            if len(buf) - pos - head < size:
-                break
-            messages.append(bytes(buf[pos + head:pos + head + size]))
-            pos += head + size
+                messages.append(bytes(view[pos + head:pos + head + size]))
+                pos += head + size
         del buf[:pos]
-        if self.index is None and messages:  # its first: which worker it is
-            self.index = pickle.loads(messages.pop(0))[1]
-        return messages, ended
+        return messages
 
     def close(self) -> None:
         self.sock.close()
