@@ -444,6 +444,8 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if any(w < 1 for w in args.workers) or args.threshold_ms <= 0 or args.duration_s <= 0:
         parser.error("--workers must be >= 1, --threshold-ms and --duration-s > 0")
+    if args.settle_s < 0:
+        parser.error("--settle-s must be >= 0")
     if args.alternate and (len(args.workers) != 1 or args.repeats < 1 or min(args.rates) <= 0):
         parser.error("--alternate takes one --workers count, --repeats >= 1 and --rates > 0")
     if args.backend == "ray" and not args.alternate:
