@@ -68,6 +68,7 @@ import json
 import math
 import os
 import pickle
+import random
 import socket
 import statistics
 import subprocess
@@ -397,8 +398,6 @@ def paired(trials: list[dict], against: list[dict],
     over `resamples` bootstrap resamples of the pairs (seeded: the same trials give the same
     interval), and how many ratios are below 1. An A/A member (`processes:aa`) gives the
     interval the same backend spans against itself."""
-    import random
-
     ratios = [t["dispatch_lag_p99_ms"] / a["dispatch_lag_p99_ms"]
               for t, a in zip(trials, against, strict=True)]
     rng = random.Random(0)
