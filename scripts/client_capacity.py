@@ -36,10 +36,13 @@ for the default client's capacity.
 `--alternate` compares backends instead of searching: one trial per backend in turn at each
 `--rates` rate, `--repeats` times, with the p99 ratios paired by repeat and a 90% bootstrap
 interval of their median. Each trial runs in a process of its own (`--no-fresh`: all in this
-one, as before), after a pause of `--settle-s` (3 s), and the members' order turns at each
-repeat: a trial inherits neither the heap, the collector nor the Ray of the one before, and
-on a guest whose freed memory goes back to the host the member after a Ray trial no longer
-runs on the memory Ray just freed (docs/sizing.md). `processes:aa` is the processes backend
+one, as before), after a pause of `--settle-s` (3 s), and the members' order is drawn
+afresh at each repeat (`--order shuffled`, seeded by `--seed`; `--order turn` rotates it
+instead, which leaves each member after the same one: an A/A pair read 0.76x that way,
+docs/sizing.md); each member's p99 is also shown split by the kind of trial before it. A
+trial inherits neither the heap, the collector nor the Ray of the one before, and on a guest
+whose freed memory goes back to the host the member after a Ray trial no longer runs on the
+memory Ray just freed (docs/sizing.md). `processes:aa` is the processes backend
 a second time: the spread of a backend against itself.
 `ray` is the ray backend (each actor's load in its child process, its records on a connection
 to the coordinator) on a Ray started here for all its trials, `ray:local` the same with a
@@ -330,10 +333,10 @@ def coordinator_gc(quiet: bool):
 def alternate(args, base_url: str | None) -> dict:
     """One trial per backend in turn, at each rate, `--repeats` times: dispatch lag p50 / p99."""
     trials: dict[str, list[dict]] = {}
+    after = None  # the member whose trial ran just before
     for k in range(args.repeats):
         for rate in args.rates:
-            turn = k % len(args.alternate)  # each member first in turn: no order favours one
-            for backend in args.alternate[turn:] + args.alternate[:turn]:
+            for backend in member_order(args.alternate, k, args.order, args.seed):
                 args.backend, beside, env = MEMBERS[backend]
                 ray_running(beside and not args.fresh, args.workers[0])  # --fresh: the trial's
                 for name in {name for _, _, member_env in MEMBERS.values() for name in member_env}:
@@ -350,6 +353,7 @@ def alternate(args, base_url: str | None) -> dict:
                     with calls, poll_s(0.05 if backend == "ray:poll50" else None), \
                             coordinator_gc(not backend.endswith(":gc")):
                         t = trial(args, base_url, args.workers[0], rate, out)
+                t["after"], after = after, backend
                 trials.setdefault(f"{backend} {rate:.0f}", []).append(t)
                 print(f"  {backend:15s} rate={rate:8.1f} req/s  dispatch lag p50 "
                       f"{t['dispatch_lag_p50_ms']:6.3f} ms  p99 {t['dispatch_lag_p99_ms']:6.2f} ms  served "
@@ -362,6 +366,7 @@ def alternate(args, base_url: str | None) -> dict:
     for key, ts in trials.items():
         p99 = sorted(t["dispatch_lag_p99_ms"] for t in ts)
         print(f"  {key:20s} {statistics.median(p99):7.2f}  ({p99[0]:.2f}-{p99[-1]:.2f})")
+    by_predecessor(trials)
     first = args.alternate[0]
     print(f"\np99 against {first}'s in the same repeat: the median ratio (a 90% bootstrap interval"
           f" of it), pairs lower than {first}'s:")
@@ -372,6 +377,33 @@ def alternate(args, base_url: str | None) -> dict:
             print(f"  {backend} {rate:.0f}".ljust(22) + f" {ratio:6.2f}x  ({low:.2f}-{high:.2f})"
                   f"  {lower} of {args.repeats}")
     return trials
+
+
+def member_order(members: list[str], k: int, order: str, seed: int) -> list[str]:
+    """The members' order in repeat `k`. `turn` rotates the list (each member first once in
+    every len(members) repeats), which leaves each member after the same one in every repeat
+    but the turn's wrap: a member that gains or loses by what ran before it (a Ray just shut
+    down, memory just freed) then does so in every pair. `shuffled` draws a permutation per
+    repeat (seeded: the same seed, the same orders), so every member follows each of the
+    others."""
+    if order == "turn":
+        turn = k % len(members)
+        return members[turn:] + members[:turn]
+    return random.Random(f"{seed}:{k}").sample(members, len(members))
+
+
+def by_predecessor(trials: dict[str, list[dict]]) -> None:
+    """Each member's median p99 split by the kind of trial that ran just before it (a Ray
+    member or not): an order effect shows as a gap between the two within a member."""
+    print("\ndispatch lag p99 by the trial before (ms, median and count):")
+    for key, ts in trials.items():
+        split: dict[str, list[float]] = {}
+        for t in ts:
+            kind = "first" if t.get("after") is None else (
+                "after Ray" if MEMBERS[t["after"]][0].startswith("ray") else "after processes")
+            split.setdefault(kind, []).append(t["dispatch_lag_p99_ms"])
+        print(f"  {key:20s} " + "  ".join(f"{kind} {statistics.median(p):.2f} ({len(p)})"
+                                          for kind, p in sorted(split.items())))
 
 
 def fresh_trial(args, base_url: str | None, backend: str, rate: float, k: int) -> dict:
@@ -431,6 +463,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rates", type=float, nargs="+", default=[6200.0, 9300.0])
     parser.add_argument("--fresh", action=argparse.BooleanOptionalAction, default=True,
                         help="--alternate: each trial in a process of its own (default)")
+    parser.add_argument("--order", choices=("shuffled", "turn"), default="shuffled",
+                        help="--alternate's member order in each repeat: a seeded random "
+                             "permutation (every member after each of the others), or the "
+                             "list rotated by one each repeat (each after the same one)")
+    parser.add_argument("--seed", type=int, default=0, help="--order shuffled's seed")
     parser.add_argument("--settle-s", type=float, default=3.0,
                         help="--alternate: a pause before each trial, for the host to take back"
                              " the memory the one before freed")

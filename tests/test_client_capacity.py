@@ -4,6 +4,7 @@ that fell behind are tests/test_client_verdicts.py's)."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 
 from engines.base import Request
@@ -36,3 +37,30 @@ def test_event_loop_lag_is_measured_while_the_loop_is_blocked():
             assert max(result.loop_lag_s) > 0.015
         else:
             assert sorted(result.loop_lag_s)[len(result.loop_lag_s) // 2] < 0.01
+
+
+def _capacity_script():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / "client_capacity.py"
+    spec = importlib.util.spec_from_file_location("client_capacity", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_shuffled_orders_put_every_member_after_each_other_and_repeat_with_the_seed():
+    """--alternate's order: rotated, each member follows the same one in every repeat but
+    the wrap; shuffled, every ordered pair of members occurs, and a seed gives the same
+    orders again."""
+    cc = _capacity_script()
+    members = ["processes", "ray:local", "processes:aa"]
+    turns = [cc.member_order(members, k, "turn", 0) for k in range(3)]
+    assert turns == [members, members[1:] + members[:1], members[2:] + members[:2]]
+    shuffled = [cc.member_order(members, k, "shuffled", 0) for k in range(12)]
+    assert all(sorted(order) == sorted(members) for order in shuffled)
+    pairs = {(a, b) for order in shuffled for a, b in itertools.pairwise(order)}
+    assert pairs == {(a, b) for a in members for b in members if a != b}
+    assert shuffled == [cc.member_order(members, k, "shuffled", 0) for k in range(12)]
+    assert shuffled != [cc.member_order(members, k, "shuffled", 1) for k in range(12)]
