@@ -331,7 +331,8 @@ def coordinator_gc(quiet: bool):
 
 
 def alternate(args, base_url: str | None) -> dict:
-    """One trial per backend in turn, at each rate, `--repeats` times: dispatch lag p50 / p99."""
+    """One trial per backend in the repeat's order (member_order), at each rate, `--repeats`
+    times: dispatch lag p50 / p99."""
     trials: dict[str, list[dict]] = {}
     after = None  # the member whose trial ran just before
     for k in range(args.repeats):
@@ -384,8 +385,8 @@ def member_order(members: list[str], k: int, order: str, seed: int) -> list[str]
     every len(members) repeats), which leaves each member after the same one in every repeat
     but the turn's wrap: a member that gains or loses by what ran before it (a Ray just shut
     down, memory just freed) then does so in every pair. `shuffled` draws a permutation per
-    repeat (seeded: the same seed, the same orders), so every member follows each of the
-    others."""
+    repeat (seeded: the same seed, the same orders), so over the repeats every member
+    follows each of the others."""
     if order == "turn":
         turn = k % len(members)
         return members[turn:] + members[:turn]
