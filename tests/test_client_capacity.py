@@ -4,8 +4,10 @@ that fell behind are tests/test_client_verdicts.py's)."""
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import itertools
 import time
+from pathlib import Path
 
 from engines.base import Request
 from engines.synthetic import SyntheticEngine
@@ -40,9 +42,7 @@ def test_event_loop_lag_is_measured_while_the_loop_is_blocked():
 
 
 def _capacity_script():
-    import importlib.util
-    from pathlib import Path
-
+    """scripts/client_capacity.py as a module (scripts/ is not a package)."""
     path = Path(__file__).resolve().parents[1] / "scripts" / "client_capacity.py"
     spec = importlib.util.spec_from_file_location("client_capacity", path)
     module = importlib.util.module_from_spec(spec)
