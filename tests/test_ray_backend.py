@@ -259,12 +259,12 @@ def test_a_killed_worker_gives_worker_lost_records_for_exactly_its_requests_in_f
 def test_records_stream_back_in_batches_while_the_load_runs(cluster, monkeypatch, relay):
     from engines.base import Request
     from engines.synthetic_options import SyntheticEngineConfig
-    from llmperf.measure.backends import ray_pool, ray_stream
+    from llmperf.measure.backends import ray_pool, record_stream
     from llmperf.measure.backends.plan import LoadPlan
     from llmperf.measure.workers import RECORDS_BATCH, RECORDS_FLUSH_S
 
     takes: list[tuple[int, list[int]]] = []  # per take (read): the worker, its records' batches
-    answers, read = ray_pool._answers, ray_stream.RecordStream.read
+    answers, read = ray_pool._answers, record_stream.RecordStream.read
 
     def counted(*args):
         got = answers(*args)
@@ -278,7 +278,7 @@ def test_records_stream_back_in_batches_while_the_load_runs(cluster, monkeypatch
         return got
 
     monkeypatch.setattr(ray_pool, "_answers", counted)
-    monkeypatch.setattr(ray_stream.RecordStream, "read", counted_read)
+    monkeypatch.setattr(record_stream.RecordStream, "read", counted_read)
     received: list[tuple[float, RequestRecord]] = []  # perf_counter() at receipt, the record
     pool = ray_pool.RayPool(2, SyntheticEngineConfig(tpot_s=0.001), "syn", relay=relay,
                             on_record=lambda r: received.append((time.perf_counter(), r)))

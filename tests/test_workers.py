@@ -6,13 +6,23 @@ from __future__ import annotations
 import io
 import itertools
 import json
+import multiprocessing as mp
+import os
+import signal
+import subprocess
+import sys
 import time
+from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 from rich.console import Console
 
+from engines.base import Request
 from engines.reference.tokenizer import ByteTokenizer
-from llmperf.measure.workers import perf_origin, split, split_concurrency
+from engines.synthetic_options import SyntheticEngineConfig
+from llmperf.measure.backends.plan import LoadPlan
+from llmperf.measure.workers import WorkerPool, perf_origin, split, split_concurrency
 from llmperf.run.runner import run_benchmark
 from llmperf.serve.app import build_app
 from llmperf.serve.server import ServerThread, build_server
@@ -112,3 +122,92 @@ def test_two_workers_each_drive_a_copy_of_an_unlimited_synthetic_engine(tmp_path
     for r in measured:  # each copy answers on its own timeline: 5 ms, then 4 tokens 2 ms apart
         assert 0.9 * 0.005 <= r["first_token_s"] - r["dispatch_s"] < 0.05
         assert 0.9 * (0.005 + 4 * 0.002) <= r["end_s"] - r["dispatch_s"] < 0.1
+
+
+# -- the coordinator's end of the workers -------------------------------------------------
+
+
+@dataclass
+class Unbuildable:
+    """Engine options no registry knows: the worker fails as it starts."""
+
+    name: str = "no-such-engine"
+
+
+def schedule(n: int, rate_rps: float) -> list[Request]:
+    return [Request(id=f"r{k}", max_tokens=2, prompt_token_ids=[1] * 8, arrival_s=k / rate_rps)
+            for k in range(n)]
+
+
+def test_a_worker_that_fails_as_it_starts_ends_the_run_with_its_traceback():
+    pool = WorkerPool(2, Unbuildable(), "syn", lambda record: None)
+    with pytest.raises(RuntimeError, match=r"(?s)load worker \d failed:\n.*Traceback.*no-such-engine"):
+        pool.run(LoadPlan(warmup=[], requests=schedule(20, 100.0)))
+
+
+def test_a_worker_killed_mid_run_ends_it_at_once_naming_the_worker():
+    """Its connection ends without a "done": the run stops within a read's wait, not at the
+    end of the schedule (20 s here), and names the worker and its exit."""
+    killed: list[int] = []
+
+    def on_record(record) -> None:
+        if not killed:
+            [worker] = [p for p in mp.active_children() if p.name == "llmperf-worker-1"]
+            os.kill(worker.pid, signal.SIGKILL)
+            killed.append(worker.pid)
+
+    pool = WorkerPool(2, SyntheticEngineConfig(tpot_s=0.001), "syn", on_record)
+    started = time.monotonic()
+    with pytest.raises(RuntimeError, match=f"load worker llmperf-worker-1 exited with code {-signal.SIGKILL}"):
+        pool.run(LoadPlan(warmup=[], requests=schedule(4000, 200.0)))
+    assert killed and time.monotonic() - started < 10.0
+    assert not mp.active_children()  # the other worker stopped and joined
+
+
+COORDINATOR = """
+import os, sys
+import multiprocessing as mp
+from engines.base import Request
+from engines.synthetic_options import SyntheticEngineConfig
+from llmperf.measure.backends.plan import LoadPlan
+from llmperf.measure.workers import WorkerPool
+
+def started():
+    print(" ".join(str(p.pid) for p in mp.active_children()), flush=True)
+
+if __name__ == "__main__":
+    requests = [Request(id=f"r{k}", max_tokens=2, prompt_token_ids=[1] * 8, arrival_s=k / 50)
+                for k in range(3000)]
+    WorkerPool(2, SyntheticEngineConfig(tpot_s=0.001), "syn", lambda r: None,
+               on_measure_start=started).run(LoadPlan(warmup=[], requests=requests))
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_the_workers_die_with_a_coordinator_killed_outright(tmp_path):
+    """SIGKILL leaves the coordinator no atexit and no daemon-process cleanup: the workers end
+    by the kernel's signal on their parent's death, not by the 60 s of schedule left."""
+    script = tmp_path / "coordinator.py"
+    script.write_text(COORDINATOR)
+    coordinator = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE,
+                                   text=True, cwd=Path(__file__).resolve().parents[1])
+    try:
+        workers = [int(pid) for pid in coordinator.stdout.readline().split()]
+        assert len(workers) == 2 and all(alive(pid) for pid in workers)
+        coordinator.kill()
+        coordinator.wait(timeout=10)
+        deadline = time.monotonic() + 10.0
+        while any(alive(pid) for pid in workers) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not any(alive(pid) for pid in workers)
+    finally:
+        coordinator.kill()
+
+
+def alive(pid: int) -> bool:
+    """A process that exists and is not a zombie (reaped by init once its parent is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False

@@ -21,8 +21,11 @@ scrapes, share one clock. After its warmup each worker says it is ready; once al
 coordinator sets the measured phase's start a moment ahead (`START_LEAD_S`) and every worker
 sleeps until that same instant, so arrival k is `start + arrival_k` whichever worker sends it.
 
-Records come back over a queue as requests end and go to `on_record` in the coordinator
-(requests.jsonl, progress). Stopping: `stop_sending` (a launched server died) and the first
+Records come back as requests end, each worker's on a connection of its own to the
+coordinator (llmperf/measure/backends/record_stream.py, the Ray backend's transport too), and
+go to `on_record` there (requests.jsonl, progress). Each worker dies with the coordinator's
+thread that started it (Linux: PR_SET_PDEATHSIG), so a coordinator killed outright leaves no
+load running. Stopping: `stop_sending` (a launched server died) and the first
 SIGINT reach every worker; a worker whose saturation detector fires (its `min_waiting` is the
 run's divided by N: it sees 1/N of the queue) stops the others with the same verdict, its rate
 scaled by N. Multi-turn sessions stay in one process: their turns wait on each other's replies.
@@ -32,10 +35,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import math
 import multiprocessing as mp
+import os
+import pickle
 import queue
 import signal
+import sys
 import threading
 import time
 import traceback
@@ -46,6 +53,7 @@ from typing import Any
 from engines.base import Request
 from llmperf.measure import event_loop, gc_quiet
 from llmperf.measure.backends.plan import LoadParts, LoadPlan
+from llmperf.measure.backends.record_stream import RecordStream, StreamQueue
 from llmperf.measure.client_cpu import CpuMeter
 from llmperf.measure.loadgen import LoadGenerator, LoadResult
 from llmperf.measure.records import RequestRecord
@@ -53,6 +61,8 @@ from llmperf.measure.saturation import Saturation, SaturationConfig, SaturationD
 
 START_LEAD_S = 0.1  # from "all workers ready" to the measured phase's start
 CONTROL_POLL_S = 0.02  # how often a worker looks for the coordinator's messages
+READ_WAIT_S = 0.2  # the coordinator looks for a dead worker when none has sent for this long
+PR_SET_PDEATHSIG = 1  # Linux prctl: a signal for the child when the thread that started it ends
 # A worker sends its ended requests' records in batches this often, and at most this many
 # to a batch. The coordinator's turn at a batch (unpickling it, writing its records) takes a
 # core from a load for as long on a host they share: 16 records, about 0.2 ms. Batches of
@@ -170,18 +180,37 @@ class WorkerPool:
         origin_s = perf_origin(origin_unix_ns)
         shares = split_concurrency(concurrency, n) if concurrency is not None else [None] * n
         saturation = scaled_saturation(self.saturation, n)
-        results_q = ctx.Queue()
+        failures = ctx.Queue()  # a worker that could not reach the stream says why here
         go, start_at = ctx.Event(), ctx.Value("d", 0.0)
         with self._lock:
             self._controls = [ctx.Queue() for _ in range(n)]
+        stream = RecordStream("127.0.0.1", n)
         processes = []
-        for i, (w, r) in enumerate(zip(split(warmup, n), split(requests, n), strict=True)):
-            spec = WorkerSpec(i, self.engine_options, self.model, w, r, shares[i], duration_s,
-                              saturation, self.record_tokens, origin_unix_ns, self.event_loop)
-            p = ctx.Process(target=worker_main, args=(spec, results_q, self._controls[i], go, start_at),
-                            name=f"llmperf-worker-{i}", daemon=True)
-            p.start()
-            processes.append(p)
+        try:
+            for i, (w, r) in enumerate(zip(split(warmup, n), split(requests, n), strict=True)):
+                spec = WorkerSpec(i, self.engine_options, self.model, w, r, shares[i], duration_s,
+                                  saturation, self.record_tokens, origin_unix_ns, self.event_loop)
+                p = ctx.Process(target=child_main,
+                                args=(os.getpid(), spec, failures, self._controls[i], go, start_at,
+                                      (stream.address, stream.authkey)),
+                                name=f"llmperf-worker-{i}", daemon=True)
+                p.start()
+                processes.append(p)
+            results, verdict, coordinator = self._collect(stream, failures, processes, go,
+                                                          start_at, origin_s)
+        finally:
+            stream.close()
+        _join(processes)
+        merged = merge(results, origin_s, origin_unix_ns, start_at.value, verdict)
+        cpu = coordinator.stop()  # its thread merges the records; it runs no loop of requests
+        merged.client_cpu += [cpu] if cpu is not None else []
+        return merged
+
+    def _collect(self, stream: RecordStream, failures, processes: list, go, start_at,
+                 origin_s: float) -> tuple[dict[int, LoadResult], Saturation | None, CpuMeter]:
+        """Every worker's messages until each has said it is done; the start set once all are
+        ready. A worker that fails, or exits without a word, ends the run (RuntimeError)."""
+        n = len(processes)
         results: dict[int, LoadResult] = {}
         verdict: Saturation | None = None
         ready = 0
@@ -191,43 +220,48 @@ class WorkerPool:
             while len(results) < n:
                 if ready == n:
                     refreeze()
-                try:
-                    kind, index, payload = results_q.get(timeout=0.2)
-                except queue.Empty:
-                    dead = [p for i, p in enumerate(processes) if i not in results and p.exitcode is not None]
-                    if dead:
-                        self.interrupt()
-                        _join(processes)
-                        raise RuntimeError(
-                            f"load worker {dead[0].name} exited with code {dead[0].exitcode}"
-                        ) from None
+                got = stream.read(READ_WAIT_S)
+                if not got:
+                    self._end_if_dead(processes, results, failures)
                     continue
-                if kind == "records":
-                    for record in payload:
-                        self.on_record(record)
-                elif kind == "ready":
-                    ready += 1
-                    if ready == n:
-                        gc_quiet.settle()  # before the start: out of the measured phase
-                        start_at.value = time.perf_counter() - origin_s + START_LEAD_S
-                        go.set()
-                        coordinator.start()
-                        self.on_measure_start()
-                elif kind == "saturated":
-                    if verdict is None:
-                        verdict = replace(payload, rate_rps=payload.rate_rps * n, waiting=payload.waiting * n)
-                        self._tell_all(("saturated", verdict), but=index)
-                elif kind == "done":
-                    results[index] = payload
-                elif kind == "failed":
-                    self.interrupt()
-                    _join(processes)
-                    raise RuntimeError(f"load worker {index} failed:\n{payload}")
+                for _, messages in got:
+                    for kind, index, payload in map(pickle.loads, messages):
+                        if kind == "records":
+                            for record in payload:
+                                self.on_record(record)
+                        elif kind == "ready":
+                            ready += 1
+                            if ready == n:
+                                gc_quiet.settle()  # before the start: out of the measured phase
+                                start_at.value = time.perf_counter() - origin_s + START_LEAD_S
+                                go.set()
+                                coordinator.start()
+                                self.on_measure_start()
+                        elif kind == "saturated":
+                            if verdict is None:
+                                verdict = replace(payload, rate_rps=payload.rate_rps * n,
+                                                  waiting=payload.waiting * n)
+                                self._tell_all(("saturated", verdict), but=index)
+                        elif kind == "done":
+                            results[index] = payload
+                        elif kind == "failed":
+                            self.interrupt()
+                            _join(processes)
+                            raise RuntimeError(f"load worker {index} failed:\n{payload}")
+        return results, verdict, coordinator
+
+    def _end_if_dead(self, processes: list, results: dict, failures) -> None:
+        """A worker that has exited before its "done" ends the run, with what it said."""
+        dead = [p for i, p in enumerate(processes) if i not in results and p.exitcode is not None]
+        if not dead:
+            return
+        self.interrupt()
         _join(processes)
-        merged = merge(results, origin_s, origin_unix_ns, start_at.value, verdict)
-        cpu = coordinator.stop()  # its thread merges the records; it runs no loop of requests
-        merged.client_cpu += [cpu] if cpu is not None else []
-        return merged
+        with contextlib.suppress(queue.Empty):
+            _, index, why = failures.get(timeout=0.5)
+            raise RuntimeError(f"load worker {index} failed: {why}") from None
+        raise RuntimeError(f"load worker {dead[0].name} exited with code {dead[0].exitcode}"
+                           ) from None
 
 
 def merge(results: dict[int, LoadResult], origin_s: float, origin_unix_ns: int, start_s: float,
@@ -291,6 +325,36 @@ def worker_main(spec: WorkerSpec, results_q, control, go, start_at) -> None:
         results_q.put(("done", spec.index, result))
     except BaseException:
         results_q.put(("failed", spec.index, traceback.format_exc()))
+
+
+def child_main(parent_pid: int, spec: WorkerSpec, results_q, control, go, start_at,
+               stream: tuple | None = None) -> None:
+    """A worker process's entry: die with the thread that started it (the coordinator's, or a
+    Ray actor's: backends/ray_child.py), then `worker_main`, its messages to the coordinator
+    over a `stream` (address, key; backends/record_stream.py), its priority first (the Ray
+    backend reports one below the coordinator's), or, with none, into `results_q`. One that
+    cannot reach the stream says why in `results_q`."""
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != parent_pid:  # the parent died before the request took hold
+            return
+    if stream is None:
+        worker_main(spec, results_q, control, go, start_at)
+        return
+    address, key = stream
+    try:
+        out = StreamQueue(address, key, spec.index)
+    except Exception as error:  # refused, unreachable, a wrong key
+        results_q.put(("failed", spec.index,
+                       f"could not reach the coordinator at {address[0]}:{address[1]} to send "
+                       f"its records ({type(error).__name__}: {error})"))
+        return
+    out.put(("priority", spec.index, os.getpriority(os.PRIO_PROCESS, 0)))
+    try:
+        worker_main(spec, out, control, go, start_at)
+    finally:
+        out.close()
 
 
 async def _drive(spec: WorkerSpec, engine, results_q, control, go, start_at) -> LoadResult:

@@ -6,7 +6,7 @@ instead, beside Ray's, the design before (docs/sizing.md compares the two).
 
 The load generator's loop makes no Ray call. Its messages (the priority it got, batches of
 records every RECORDS_FLUSH_S, ready, saturated, done, failed) go from the child straight to
-the coordinator on a connection of their own (ray_stream.py, the default), and what `run`
+the coordinator on a connection of their own (record_stream.py, the default), and what `run`
 returns is only why the child failed, if it did. With `LLMPERF_RAY_RELAY=take` they wait in
 the child's pipe, or,
 from this process, in the actor's own outbox (a list under a lock); the coordinator keeps

@@ -23,23 +23,19 @@ its node's resources and notices a lost node.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import multiprocessing as mp
 import multiprocessing.connection
 import multiprocessing.queues
 import os
 import pickle
 import queue
-import signal
 import sys
 import threading
 import time
 from collections.abc import Callable
 
-from llmperf.measure.backends.ray_stream import StreamQueue
-from llmperf.measure.workers import WorkerSpec, worker_main
+from llmperf.measure.workers import WorkerSpec, child_main
 
-PR_SET_PDEATHSIG = 1
 EXIT_WAIT_S = 30.0  # after its "done", the child's exit (its queues flushed) is waited this long
 
 
@@ -74,7 +70,7 @@ class ChildLoad:
 
     def __init__(self, relay: bool = False, stream: tuple | None = None) -> None:
         self._ctx = mp.get_context("spawn")
-        self.stream = stream  # (address, key): the child sends its messages there (ray_stream.py)
+        self.stream = stream  # (address, key): the child sends its messages there (record_stream.py)
         self._results = RelayQueue(self._ctx)
         self._control = self._ctx.Queue()
         self._go = self._ctx.Event()
@@ -123,7 +119,8 @@ class ChildLoad:
             told: list[bytes] = []
             self._read(told.append)
             if told:
-                return pickle.loads(told[-1])[2]
+                return (pickle.loads(told[-1])[2] + "; LLMPERF_RAY_RELAY=take carries them in "
+                        "Ray's calls instead")
             return None if child.exitcode == 0 else (
                 f"load worker process exited with code {child.exitcode}")
         with self._reading:  # what it left in the pipe, then its exit if it said nothing
@@ -164,35 +161,6 @@ def message_kind(pickled: bytes) -> str:
     if b"\x8c\x07records" in pickled[:32]:
         return "records"
     return pickle.loads(pickled)[0]
-
-
-def child_main(parent_pid: int, spec: WorkerSpec, results_q, control, go, start_at,
-               stream: tuple | None = None) -> None:
-    """In the child: die with the actor's thread that started it, then the local worker's
-    own `worker_main`, its messages into the actor's pipe or, with a `stream` (address, key),
-    to the coordinator (its priority first, which the actor reports otherwise)."""
-    if sys.platform.startswith("linux"):
-        with contextlib.suppress(OSError, AttributeError):
-            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-        if os.getppid() != parent_pid:  # the actor died before the request took hold
-            return
-    if stream is None:
-        worker_main(spec, results_q, control, go, start_at)
-        return
-    address, key = stream
-    try:
-        out = StreamQueue(address, key, spec.index)
-    except Exception as error:  # refused, unreachable, a wrong key
-        results_q.put(("failed", spec.index,
-                       f"could not reach the coordinator at {address[0]}:{address[1]} to send "
-                       f"its records ({type(error).__name__}: {error}); LLMPERF_RAY_RELAY=take "
-                       "carries them in Ray's calls instead"))
-        return
-    out.put(("priority", spec.index, os.getpriority(os.PRIO_PROCESS, 0)))
-    try:
-        worker_main(spec, out, control, go, start_at)
-    finally:
-        out.close()
 
 
 @contextlib.contextmanager

@@ -9,7 +9,7 @@ their messages, and one thing Ray does not do: one clock.
 - **Messages.** The load generator's loop makes no Ray call: it runs in a child process of
   the actor, as a local worker's does (ray_child.py), and sends its messages (records in
   batches, ready, saturated, done) on a connection of its own to the coordinator, who reads
-  them as they come, in order (ray_stream.py). With `LLMPERF_RAY_RELAY=take` the coordinator
+  them as they come, in order (record_stream.py). With `LLMPERF_RAY_RELAY=take` the coordinator
   keeps one `take` call per worker waiting instead, which reads the child's pipe every
   POLL_S (backends/ray_actors.py). Control messages (stop sending, interrupt, another
   worker's saturation) and the measured phase's start are calls to the actor's other threads.
@@ -43,8 +43,8 @@ from llmperf.measure.backends.plan import LoadParts, LoadPlan
 from llmperf.measure.backends.ray_actors import LOAD_IN, actor_class, taken
 from llmperf.measure.backends.ray_lost import LostWorker, in_flight, lost_record
 from llmperf.measure.backends.ray_settings import RELAYS, load_in, relay, start_ray
-from llmperf.measure.backends.ray_stream import RecordStream
 from llmperf.measure.backends.ray_yield import yield_local_ray
+from llmperf.measure.backends.record_stream import RecordStream
 from llmperf.measure.client_cpu import CpuMeter
 from llmperf.measure.clock import ClockTrack, estimate_offset
 from llmperf.measure.loadgen import LoadResult

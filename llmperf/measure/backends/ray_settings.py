@@ -37,7 +37,7 @@ def load_in() -> str:
 
 def relay() -> str:
     """How each actor's child's messages reach the coordinator: `LLMPERF_RAY_RELAY` (stream,
-    the default: over a connection of their own, ray_stream.py; take: read from the child's
+    the default: over a connection of their own, record_stream.py; take: read from the child's
     pipe by the coordinator's `take` calls, for workers that cannot reach the coordinator's
     address; thread: an actor thread relaying each as it comes, the design before the take,
     kept to compare)."""

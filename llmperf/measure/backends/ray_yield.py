@@ -7,7 +7,7 @@ dashboard, monitors) ~400 more. Two kinds of them have nothing to do while the l
 are moved to `SCHED_IDLE`, the Linux class that runs only where no other thread wants the
 core and does not preempt one that does:
 
-- **An actor whose child runs the load and streams its records** (ray_stream.py), once the
+- **An actor whose child runs the load and streams its records** (record_stream.py), once the
   child has started: it only waits for the child, and answers the rare control call and
   clock reprobe. Its child keeps its own class (it was started before the move).
 - **The daemons of a Ray the backend started for this run** (`ray_address=local`), once the

@@ -1,26 +1,28 @@
-"""The ray backend's records on a stream of their own (`LLMPERF_RAY_RELAY=stream`, the
-default): each actor's child (ray_child.py) connects to the coordinator over TCP and sends its
-messages there as a local worker sends them into its pipe, and the coordinator reads them as
-they come: one hop.
-Ray still places the actors, carries the control calls and the clock probes, and tells a lost
-one; the records no longer pass through the actor's process and Ray's calls.
+"""Each load worker's records on a connection of its own to the coordinator: the transport of
+both multi-process backends. A local worker process (llmperf/measure/workers.py) and a Ray
+actor's child (ray_child.py; `LLMPERF_RAY_RELAY=stream`, the default) connect to the
+coordinator over TCP and send their messages (records in batches, ready, saturated, done) as
+they would put them in a queue, and the coordinator reads them as they come: one hop.
+Ray, for its backend, still places the actors, carries the control calls and the clock
+probes, and tells a lost one; the records never pass through the actor's process.
 
-- **Authenticated.** The coordinator listens on its node's address with a random key; a
-  connection that does not answer the key's challenge (multiprocessing.connection's HMAC) is
-  refused before anything is unpickled.
-- **In order.** One connection per worker, its messages in the order the child put them; the
+- **Authenticated.** The coordinator listens on its node's address (the local backend: the
+  loopback) with a random key; a connection that does not answer the key's challenge
+  (multiprocessing.connection's HMAC) is refused before anything is unpickled.
+- **In order.** One connection per worker, its messages in the order the worker put them; the
   first says which worker it is.
-- **A lost worker** closes its connection (its child dies with the actor): the coordinator
-  stops waiting on it and Ray's error names the loss (ray_pool.py).
+- **A lost worker** closes its connection (a local one dies with its coordinator's thread, a
+  Ray child with its actor): the coordinator stops waiting on it (`closed`).
 - **Sent when put.** Nagle's algorithm is off at both ends (`TCP_NODELAY`): a batch goes out
-  when the child's feeder thread has it, not when the one before is acknowledged. With it
+  when the worker's feeder thread has it, not when the one before is acknowledged. With it
   on, a load's dispatch lag p99 over loopback read 2.3x a pipe's at 4500 req/s on 2 cores
   (batches of 16 records every 5 ms), off 1.09x (docs/sizing.md).
 - **Read raw.** The coordinator's turns share the cores with the loads: it reads each
   ready socket in one `recv_into` and cuts the bytes into messages by their headers, with
-  one selector for all (`RecordStream`). Its main thread then costs what it costs beside
-  the processes backend's queue (docs/sizing.md, "Ray actors and local processes").
-- Where the workers cannot reach the coordinator's address (a firewall, a Ray client
+  one selector for all (`RecordStream`). Beside the same two local workers at 6200 req/s on
+  2 cores, the loads' dispatch lag p99 read 0.71x and 0.85x what it read with their records
+  in one multiprocessing queue (docs/sizing.md, "One transport").
+- Where Ray's workers cannot reach the coordinator's address (a firewall, a Ray client
   connection from outside the cluster), `LLMPERF_RAY_RELAY=take` carries the records in the
   coordinator's calls to the actors instead.
 """
@@ -43,13 +45,13 @@ _BIG = struct.Struct("!Q")  # after a header of -1: a message of 2 GiB or more
 
 
 class RecordStream:
-    """The coordinator's end: a listener the workers' children connect to, and their messages
+    """The coordinator's end: a listener the workers connect to, and their messages
     read as they come (`read`).
 
     Lean per message, as the coordinator's turns take a core from the loads beside it: each
     authenticated connection's socket stays registered with one selector (epoll), and a turn
     reads what a ready socket holds in one `recv_into` and cuts it into messages by their
-    length headers (multiprocessing.connection's framing, which the child's `send_bytes`
+    length headers (multiprocessing.connection's framing, which the worker's `send_bytes`
     writes), where `Connection.recv_bytes` costs a `poll` and two reads per message."""
 
     def __init__(self, host: str, workers: int) -> None:
@@ -113,7 +115,7 @@ class RecordStream:
         return list(got.items())
 
     def _end(self, reader: _Reader) -> None:
-        """A connection ended: the child is done, or lost with its actor."""
+        """A connection ended: the worker is done, or lost."""
         with contextlib.suppress(KeyError, ValueError, OSError):
             self._selector.unregister(reader.sock)
         reader.close()
@@ -169,7 +171,7 @@ class _Reader:
                 n = self.sock.recv_into(self._chunk)
             except (BlockingIOError, InterruptedError):
                 return False
-            except OSError:  # reset: the child died with its actor
+            except OSError:  # reset: the worker died (a Ray child with its actor)
                 return True
             if n == 0:
                 return True
@@ -200,7 +202,7 @@ class _Reader:
 
 
 class StreamQueue:
-    """The child's end, used as worker_main's results queue: `put` returns at once and a
+    """The worker's end, used as worker_main's results queue: `put` returns at once and a
     thread pickles and sends each message, as a multiprocessing queue's feeder thread does;
     `close` sends what is left and ends the connection."""
 

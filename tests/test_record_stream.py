@@ -1,5 +1,5 @@
 """The ray backend's records on a connection of their own (llmperf/measure/backends/
-ray_stream.py): a child started as an actor starts it (ray_child.py) sends its messages to the
+record_stream.py): a child started as an actor starts it (ray_child.py) sends its messages to the
 coordinator's RecordStream, driven here without Ray."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from multiprocessing.connection import Client
 import pytest
 
 from llmperf.measure.backends.ray_child import ChildLoad
-from llmperf.measure.backends.ray_stream import RecordStream, StreamQueue
+from llmperf.measure.backends.record_stream import RecordStream, StreamQueue
 from llmperf.measure.workers import perf_origin
 from tests.test_ray_child import spec
 
