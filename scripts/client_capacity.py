@@ -55,8 +55,10 @@ on an actor thread (`LLMPERF_RAY_LOAD=actor`), `ray:relay` with a thread of each
 relaying its child's messages (`LLMPERF_RAY_RELAY=thread`), `ray:poll50` taking them every
 0.05 s (ray_pool.POLL_S, 0.1 s). A local Ray is started, as for `--backend ray`, before each
 member that needs it and shut down before `processes`, which runs with no Ray on the host;
-`processes+ray` runs beside that Ray idle (no actor), `processes+calls` beside the ray
-backend's traffic with no load behind it (ray_calls):
+`processes+ray` runs beside that Ray idle (no actor), `processes+ray:idle` beside it as the
+ray backend leaves it while its loads run (an idle actor per worker, the actors and the daemons
+in the idle class: ray_left_idle), `processes+calls` beside the ray backend's traffic with no
+load behind it (ray_calls):
 
     python scripts/client_capacity.py --workers 2 --alternate processes processes+ray \
         processes+calls ray --rates 6200 9300 --repeats 6
@@ -224,6 +226,7 @@ MEMBERS = {"processes": ("processes", False, {}),
            "ray:gc": ("ray", True, {}),
            "processes+ray": ("processes", True, {}),
            "processes+calls": ("processes", True, {}),  # and ray_calls beside it
+           "processes+ray:idle": ("processes", True, {}),  # and ray_left_idle beside it
            "ray": ("ray", True, {}),
            "ray:local": ("ray-local", False, {}),  # each trial starts and stops its own Ray
            "ray:actor": ("ray", True, {"LLMPERF_RAY_LOAD": "actor"}),
@@ -262,6 +265,9 @@ class Answerer:
         time.sleep(every_s)
         return pickle.dumps([bytes(size)], protocol=pickle.HIGHEST_PROTOCOL)
 
+    def pid(self) -> int:
+        return os.getpid()
+
 
 @contextlib.contextmanager
 def ray_calls(workers: int, rate_rps: float):
@@ -297,6 +303,29 @@ def ray_calls(workers: int, rate_rps: float):
     finally:
         stop.set()
         thread.join()
+        for actor in actors:
+            ray.kill(actor)
+
+
+@contextlib.contextmanager
+def ray_left_idle(workers: int):
+    """Beside the processes backend, Ray as the ray backend leaves it while its loads run
+    (`processes+ray:idle`): one actor per worker, started at this process's nice, then its
+    threads and the daemons of the Ray started here moved to SCHED_IDLE (backends/
+    ray_yield.py), this process its driver; nothing called while the load runs."""
+    import ray
+
+    from llmperf.measure.backends.ray_yield import yield_local_ray, yield_threads
+
+    answerer = ray.remote(Answerer)
+    actors = [answerer.remote(os.getpriority(os.PRIO_PROCESS, 0)) for _ in range(workers)]
+    pids = ray.get([actor.pid.remote() for actor in actors])
+    for pid in pids:
+        yield_threads(pid)
+    yield_local_ray(ray, set(pids))
+    try:
+        yield
+    finally:
         for actor in actors:
             ray.kill(actor)
 
@@ -350,6 +379,7 @@ def alternate(args, base_url: str | None) -> dict:
                     t = fresh_trial(args, base_url, backend, rate, k_out)
                 else:
                     calls = (ray_calls(args.workers[0], rate) if backend == "processes+calls"
+                             else ray_left_idle(args.workers[0]) if backend == "processes+ray:idle"
                              else contextlib.nullcontext())
                     with calls, poll_s(0.05 if backend == "ray:poll50" else None), \
                             coordinator_gc(not backend.endswith(":gc")):
