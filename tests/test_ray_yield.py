@@ -1,6 +1,7 @@
 """Ray's own processes give way to the load (llmperf/measure/backends/ray_yield.py): an actor
-whose child streams the load, and the daemons of a Ray the backend started for the run, move
-to SCHED_IDLE; the load's processes and the coordinator keep their class."""
+whose child streams the load, the daemons of a Ray the backend started for the run and that
+Ray's threads in the coordinator's process move to SCHED_IDLE; the load's processes and the
+coordinator's own threads keep their class."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -110,7 +112,13 @@ def test_a_run_on_its_own_local_ray_yields_the_daemons_and_actors_but_not_the_lo
             for tid in os.listdir(f"/proc/{pid}/task"):
                 with contextlib.suppress(OSError):  # a thread that just ended
                     seen.setdefault("actor", set()).add(policy(pid, tid))
-        seen.setdefault("coordinator", set()).add(os.sched_getscheduler(0))
+        python = {thread.native_id for thread in threading.enumerate()}
+        for tid in pool.driver_yielded:  # Ray's threads here, once the load has started
+            with contextlib.suppress(OSError):
+                seen.setdefault("driver", set()).add(policy("self", tid))
+        for tid in python:  # this process's own: the main thread, the clock prober, ...
+            with contextlib.suppress(OSError):
+                seen.setdefault("coordinator", set()).add(policy("self", tid))
 
     pool = RayPool(2, SyntheticEngineConfig(tpot_s=0.001), "syn", on_record=on_record,
                    address="local")
@@ -120,8 +128,53 @@ def test_a_run_on_its_own_local_ray_yields_the_daemons_and_actors_but_not_the_lo
     pool.run(LoadPlan(warmup=[], requests=requests))
     assert not ray.is_initialized()  # the Ray it started is shut down with the run
     assert sorted(received) == sorted(r.id for r in requests) and not pool.lost
-    assert {"gcs_server", "raylet", "actor", "load", "coordinator"} <= set(seen), seen
-    assert seen["gcs_server"] == seen["raylet"] == seen["actor"] == {os.SCHED_IDLE}, seen
+    assert {"gcs_server", "raylet", "actor", "load", "driver", "coordinator"} <= set(seen), seen
+    assert (seen["gcs_server"] == seen["raylet"] == seen["actor"] == seen["driver"]
+            == {os.SCHED_IDLE}), seen
     assert seen["load"] == seen["coordinator"] == {os.SCHED_OTHER}, seen
     assert len(pool.yielded) >= 3  # GCS, raylet and more (dashboard, monitors, agents)
+    assert len(pool.driver_yielded) >= 5  # the core worker's event loops, gRPC's pollers
     assert time.monotonic() - started < 120
+
+
+# A native thread (torch's OpenMP pool) before ray.init, then Ray, then yield_driver: the
+# policies of the threads it moved, of the native one from before, and of Python's.
+DRIVER = """
+import json, os, threading
+import torch
+torch.set_num_threads(2)
+torch.ones(512, 512) @ torch.ones(512, 512)  # starts the intra-op pool's native thread
+import ray
+from llmperf.measure.backends.ray_settings import lean_local
+from llmperf.measure.backends.ray_yield import thread_ids, yield_driver
+def policy(tid):
+    try:
+        return os.sched_getscheduler(tid)
+    except ProcessLookupError:  # a thread that has ended since
+        return None
+python = lambda: {t.native_id for t in threading.enumerate()}
+native_before = thread_ids() - python()
+before = thread_ids()
+ray.init(address="local", include_dashboard=False, log_to_driver=False,
+         logging_level="ERROR", **lean_local(1, 1.0))
+ray.get(ray.put(1))
+moved = yield_driver(before)
+print(json.dumps({"moved": [policy(t) for t in moved],
+                  "native_before": [policy(t) for t in native_before],
+                  "python": [policy(t) for t in python()],
+                  "ray_threads": len(thread_ids() - before - python())}))
+ray.shutdown()
+"""
+
+
+def test_the_drivers_ray_threads_move_and_threads_from_before_ray_and_pythons_do_not():
+    pytest.importorskip("ray")
+    out = subprocess.run([sys.executable, "-c", DRIVER], capture_output=True, text=True,
+                         check=True, env={**os.environ, "PYTHONPATH": str(ROOT),
+                                          "RAY_ADDRESS": "127.0.0.1:9"}, timeout=180)
+    got = {kind: [p for p in policies if p is not None] if isinstance(policies, list) else policies
+           for kind, policies in json.loads(out.stdout.strip().splitlines()[-1]).items()}
+    assert len(got["moved"]) >= 5 and got["ray_threads"] >= 5
+    assert set(got["moved"]) == {os.SCHED_IDLE}
+    assert got["native_before"] and set(got["native_before"]) == {os.SCHED_OTHER}
+    assert set(got["python"]) == {os.SCHED_OTHER}

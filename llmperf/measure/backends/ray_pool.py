@@ -19,7 +19,9 @@ their messages, and one thing Ray does not do: one clock.
 - **Priority.** Each actor runs at the coordinator's nice, not the `worker_niceness` (15)
   Ray starts its workers at (backends/ray_actors.py); one that cannot be lifted is named in
   a warning. Once its child streams the load, the actor yields its cores (SCHED_IDLE), and
-  so do the daemons of a Ray started here for the run (backends/ray_yield.py).
+  so do the daemons of a Ray started here for the run and, from the measured phase's start,
+  that Ray's threads in the coordinator's process (backends/ray_yield.py); such a Ray also
+  does its periodic work less often (ray_settings.py's QUIET_PERIODS).
 - **Faults.** A worker whose actor dies (its node lost, the actor killed) is noticed within
   `POLL_S`: its requests that were due (open loop; closed: in its slots) and have no record
   are recorded as failed with `worker lost`, the others go on, and the loss is reported.
@@ -43,7 +45,7 @@ from llmperf.measure.backends.plan import LoadParts, LoadPlan
 from llmperf.measure.backends.ray_actors import LOAD_IN, actor_class, taken
 from llmperf.measure.backends.ray_lost import LostWorker, in_flight, lost_record
 from llmperf.measure.backends.ray_settings import RELAYS, load_in, relay, start_ray
-from llmperf.measure.backends.ray_yield import yield_local_ray
+from llmperf.measure.backends.ray_yield import thread_ids, yield_driver, yield_local_ray
 from llmperf.measure.backends.record_stream import RecordStream
 from llmperf.measure.client_cpu import CpuMeter
 from llmperf.measure.clock import ClockTrack, estimate_offset
@@ -111,6 +113,7 @@ class RayPool:
         self.lost: list[LostWorker] = []
         self.priorities: dict[int, int] = {}
         self.yielded: list[int] = []  # the daemons of a Ray started here, moved to SCHED_IDLE
+        self.driver_yielded: list[int] = []  # and its threads in this process, at the start
         self._actors: list = []
 
     @classmethod
@@ -143,11 +146,12 @@ class RayPool:
         concurrency, duration_s = plan.concurrency, plan.duration_s
         ray = _ray()
         started_here, local = not ray.is_initialized(), self.address == "local"
+        before = thread_ids()  # Ray's threads in this process are the ones started after
         if started_here:
             start_ray(ray, self.address, self.workers, self.cpus_per_worker)
         try:
             return self._run(ray, warmup, requests, concurrency, duration_s,
-                             own_ray=started_here and local)
+                             own_ray=before if started_here and local else None)
         finally:
             actors, self._actors = self._actors, []
             for actor in actors:
@@ -156,7 +160,9 @@ class RayPool:
             if started_here:
                 ray.shutdown()
 
-    def _run(self, ray, warmup, requests, concurrency, duration_s, own_ray: bool) -> LoadResult:
+    def _run(self, ray, warmup, requests, concurrency, duration_s,
+             own_ray: set[int] | None) -> LoadResult:
+        """`own_ray`: for a Ray started here for the run, this process's threads before it."""
         from ray.util.placement_group import placement_group, remove_placement_group
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
@@ -178,10 +184,11 @@ class RayPool:
                 for i in range(n)
             ]
             nodes = ray.get([a.node.remote() for a in self._actors])
-            if own_ray:  # after the actors: no worker the raylet starts inherits it
+            if own_ray is not None:  # after the actors: no worker the raylet starts inherits it
                 pids = set(ray.get([a.pid.remote() for a in self._actors]))
                 self.yielded = yield_local_ray(ray, pids)
-            return self._drive(ray, nodes, warmup, requests, concurrency, duration_s, stream)
+            return self._drive(ray, nodes, warmup, requests, concurrency, duration_s, stream,
+                               own_ray)
         finally:
             if stream is not None:
                 stream.close()
@@ -189,7 +196,7 @@ class RayPool:
                 remove_placement_group(group)
 
     def _drive(self, ray, nodes, warmup, requests, concurrency, duration_s,
-               stream: RecordStream | None) -> LoadResult:
+               stream: RecordStream | None, own_ray: set[int] | None) -> LoadResult:
         n = self.workers
         origin_unix_ns = time.time_ns()
         origin_s = perf_origin(origin_unix_ns)
@@ -265,6 +272,8 @@ class RayPool:
                         with contextlib.suppress(Exception):
                             actor.set_start.remote(start_s)
                     coordinator.start()
+                    if own_ray is not None:
+                        self.driver_yielded = yield_driver(own_ray)
                     prober.start()
         finally:
             prober.stop()
