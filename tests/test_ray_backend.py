@@ -261,7 +261,7 @@ def test_records_stream_back_in_batches_while_the_load_runs(cluster, monkeypatch
     from engines.synthetic_options import SyntheticEngineConfig
     from llmperf.measure.backends import ray_pool, record_stream
     from llmperf.measure.backends.plan import LoadPlan
-    from llmperf.measure.workers import RECORDS_BATCH, RECORDS_FLUSH_S
+    from llmperf.measure.worker_process import RECORDS_BATCH, RECORDS_FLUSH_S
 
     takes: list[tuple[int, list[int]]] = []  # per take (read): the worker, its records' batches
     answers, read = ray_pool._answers, record_stream.RecordStream.read

@@ -19,7 +19,7 @@ from engines.base import Request
 from engines.synthetic_options import SyntheticEngineConfig
 from llmperf.errors import UsageError
 from llmperf.measure.backends.ray_child import ChildLoad, message_kind
-from llmperf.measure.workers import WorkerSpec, perf_origin
+from llmperf.measure.worker_process import WorkerSpec, perf_origin
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -16,7 +16,7 @@ import pytest
 
 from llmperf.measure.backends.ray_child import ChildLoad
 from llmperf.measure.backends.record_stream import RecordStream, StreamQueue
-from llmperf.measure.workers import perf_origin
+from llmperf.measure.worker_process import perf_origin
 from tests.test_ray_child import spec
 
 
@@ -159,7 +159,7 @@ def test_at_a_high_rate_a_batch_holds_at_most_records_batch_records():
     """The coordinator's turn at a batch takes a core from a load for as long: batches are
     cut at RECORDS_BATCH records, not only every RECORDS_FLUSH_S (a local worker's the same:
     worker_main is shared)."""
-    from llmperf.measure.workers import RECORDS_BATCH
+    from llmperf.measure.worker_process import RECORDS_BATCH
 
     c = Coordinator(900, 3000.0)
     c.share.records_flush_s = 0.05  # 150 records a flush uncut

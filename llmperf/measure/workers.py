@@ -29,59 +29,36 @@ load running. Stopping: `stop_sending` (a launched server died) and the first
 SIGINT reach every worker; a worker whose saturation detector fires (its `min_waiting` is the
 run's divided by N: it sees 1/N of the queue) stops the others with the same verdict, its rate
 scaled by N. Multi-turn sessions stay in one process: their turns wait on each other's replies.
+
+This module is the coordinator's side; each worker's own is llmperf/measure/worker_process.py.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import ctypes
 import math
 import multiprocessing as mp
 import os
 import pickle
 import queue
 import signal
-import sys
 import threading
 import time
-import traceback
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
-from engines.base import Request
-from llmperf.measure import event_loop, gc_quiet
+from llmperf.measure import gc_quiet
 from llmperf.measure.backends.plan import LoadParts, LoadPlan
-from llmperf.measure.backends.record_stream import RecordStream, StreamQueue
+from llmperf.measure.backends.record_stream import RecordStream
 from llmperf.measure.client_cpu import CpuMeter
-from llmperf.measure.loadgen import LoadGenerator, LoadResult
+from llmperf.measure.loadgen import LoadResult
 from llmperf.measure.records import RequestRecord
-from llmperf.measure.saturation import Saturation, SaturationConfig, SaturationDetector
+from llmperf.measure.saturation import Saturation, SaturationConfig
+from llmperf.measure.worker_process import WorkerSpec, child_main, perf_origin
 
 START_LEAD_S = 0.1  # from "all workers ready" to the measured phase's start
-CONTROL_POLL_S = 0.02  # how often a worker looks for the coordinator's messages
 READ_WAIT_S = 0.2  # the coordinator looks for a dead worker when none has sent for this long
-PR_SET_PDEATHSIG = 1  # Linux prctl: a signal for the child when the thread that started it ends
-# A worker sends its ended requests' records in batches this often, and at most this many
-# to a batch. The coordinator's turn at a batch (unpickling it, writing its records) takes a
-# core from a load for as long on a host they share: 16 records, about 0.2 ms. Batches of
-# 0.05 s (155 records at 3100 req/s a worker) held a load off its core ~2 ms each: dispatch
-# lag p99 2.7 ms at 6200 req/s over two workers on 2 cores, 1.0 ms in batches of 0.005 s
-# (docs/sizing.md).
-RECORDS_FLUSH_S = 0.005
-RECORDS_BATCH = 16
-
-
-def perf_origin(origin_unix_ns: int, reads: int = 5) -> float:
-    """The absolute time `origin_unix_ns` on this process's perf_counter() clock."""
-    best_gap_s, origin_s = math.inf, 0.0
-    for _ in range(reads):
-        before, unix_ns, after = time.perf_counter(), time.time_ns(), time.perf_counter()
-        if after - before < best_gap_s:
-            best_gap_s = after - before
-            origin_s = (before + after) / 2 - (unix_ns - origin_unix_ns) / 1e9
-    return origin_s
 
 
 def scaled_saturation(config: SaturationConfig | None, workers: int) -> SaturationConfig | None:
@@ -91,6 +68,11 @@ def scaled_saturation(config: SaturationConfig | None, workers: int) -> Saturati
     return replace(config, min_waiting=max(1, math.ceil(config.min_waiting / workers)))
 
 
+def scaled_verdict(verdict: Saturation, workers: int) -> Saturation:
+    """One worker's saturation verdict as the run's: its rate and queue times N."""
+    return replace(verdict, rate_rps=verdict.rate_rps * workers, waiting=verdict.waiting * workers)
+
+
 def split(items: list, workers: int) -> list[list]:
     """Round robin: item k to worker k mod `workers`."""
     return [items[i::workers] for i in range(workers)]
@@ -98,29 +80,6 @@ def split(items: list, workers: int) -> list[list]:
 
 def split_concurrency(concurrency: int, workers: int) -> list[int]:
     return [concurrency // workers + (i < concurrency % workers) for i in range(workers)]
-
-
-@dataclass
-class WorkerSpec:
-    """What one worker process needs, pickled to it."""
-
-    index: int
-    engine_options: Any  # the engine's options dataclass
-    model: str
-    warmup: list[Request]
-    requests: list[Request]
-    concurrency: int | None
-    duration_s: float | None
-    saturation: SaturationConfig | None
-    record_tokens: bool
-    origin_unix_ns: int
-    event_loop: str = "auto"
-    # How often the worker looks for the coordinator's messages and sends its records (a Ray
-    # actor's too: it puts them in its own outbox, backends/ray_actors.py).
-    control_poll_s: float = CONTROL_POLL_S
-    records_flush_s: float = RECORDS_FLUSH_S
-    records_batch: int = RECORDS_BATCH
-    node: str | None = None  # the Ray node it runs on (backends/ray_pool.py), set on its records
 
 
 class WorkerPool:
@@ -237,11 +196,9 @@ class WorkerPool:
                                 go.set()
                                 coordinator.start()
                                 self.on_measure_start()
-                        elif kind == "saturated":
-                            if verdict is None:
-                                verdict = replace(payload, rate_rps=payload.rate_rps * n,
-                                                  waiting=payload.waiting * n)
-                                self._tell_all(("saturated", verdict), but=index)
+                        elif kind == "saturated" and verdict is None:
+                            verdict = scaled_verdict(payload, n)
+                            self._tell_all(("saturated", verdict), but=index)
                         elif kind == "done":
                             results[index] = payload
                         elif kind == "failed":
@@ -303,123 +260,3 @@ def _forward_sigint(forward: Callable[[], None]):
         yield
     finally:
         signal.signal(signal.SIGINT, previous)
-
-
-# -- in the worker process ---------------------------------------------------------------
-
-
-def worker_main(spec: WorkerSpec, results_q, control, go, start_at) -> None:
-    """One worker's load, in a process of its own (a Ray actor's thread: backends/ray_pool.py)."""
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGINT, signal.SIG_IGN)  # until the load generator takes it over
-    try:
-        from engines.registry import build_engine
-
-        engine = build_engine(spec.engine_options, spec.model)
-        engine.start()
-        try:
-            result = event_loop.run(_drive(spec, engine, results_q, control, go, start_at),
-                                    spec.event_loop)
-        finally:
-            engine.stop()
-        results_q.put(("done", spec.index, result))
-    except BaseException:
-        results_q.put(("failed", spec.index, traceback.format_exc()))
-
-
-def child_main(parent_pid: int, spec: WorkerSpec, results_q, control, go, start_at,
-               stream: tuple | None = None) -> None:
-    """A worker process's entry: die with the thread that started it (the coordinator's, or a
-    Ray actor's: backends/ray_child.py), then `worker_main`, its messages to the coordinator
-    over a `stream` (address, key; backends/record_stream.py), its priority first (the Ray
-    backend reports one below the coordinator's), or, with none, into `results_q`. One that
-    cannot reach the stream says why in `results_q`."""
-    if sys.platform.startswith("linux"):
-        with contextlib.suppress(OSError, AttributeError):
-            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-        if os.getppid() != parent_pid:  # the parent died before the request took hold
-            return
-    if stream is None:
-        worker_main(spec, results_q, control, go, start_at)
-        return
-    address, key = stream
-    try:
-        out = StreamQueue(address, key, spec.index)
-    except Exception as error:  # refused, unreachable, a wrong key
-        results_q.put(("failed", spec.index,
-                       f"could not reach the coordinator at {address[0]}:{address[1]} to send "
-                       f"its records ({type(error).__name__}: {error})"))
-        return
-    out.put(("priority", spec.index, os.getpriority(os.PRIO_PROCESS, 0)))
-    try:
-        worker_main(spec, out, control, go, start_at)
-    finally:
-        out.close()
-
-
-async def _drive(spec: WorkerSpec, engine, results_q, control, go, start_at) -> LoadResult:
-    loop = asyncio.get_running_loop()
-    detector = SaturationDetector(spec.saturation) if spec.saturation is not None else None
-
-    async def measure_at() -> float:
-        results_q.put(("ready", spec.index, None))
-        await loop.run_in_executor(None, go.wait)
-        return start_at.value
-
-    # Records go to the coordinator in batches: one queue message (one pickling, one wakeup of
-    # the coordinator) per RECORDS_FLUSH_S or RECORDS_BATCH records rather than per request,
-    # which at thousands of requests per second took the cores the workers were added for.
-    pending: list[RequestRecord] = []
-
-    def flush() -> None:
-        if pending:
-            results_q.put(("records", spec.index, list(pending)))
-            pending.clear()
-
-    def kept(record: RequestRecord) -> None:
-        pending.append(replace(record, worker=spec.index, node=spec.node))
-        if len(pending) >= spec.records_batch:
-            flush()
-
-    async def flush_often() -> None:
-        while True:
-            await asyncio.sleep(spec.records_flush_s)
-            flush()
-
-    loadgen = LoadGenerator(
-        engine,
-        kept,
-        saturation=detector,
-        record_tokens=spec.record_tokens,
-        origin_perf_counter_s=perf_origin(spec.origin_unix_ns),
-        measure_at=measure_at,
-        role=f"worker {spec.index}",
-    )
-    told: set[str] = set()
-    poller = loop.create_task(_obey(control, loadgen, told, spec.control_poll_s))
-    flusher = loop.create_task(flush_often())
-    try:
-        result = await loadgen.run(spec.warmup, spec.requests, spec.concurrency, spec.duration_s)
-    finally:
-        poller.cancel()
-        flusher.cancel()
-        flush()  # before "done": the coordinator has every record when it hears the worker is done
-    if result.saturation is not None and "saturated" not in told:  # its own detector's verdict
-        results_q.put(("saturated", spec.index, result.saturation))
-    return result
-
-
-async def _obey(control, loadgen: LoadGenerator, told: set[str], poll_s: float) -> None:
-    """The coordinator's messages: stop sending, interrupt, another worker's saturation."""
-    while True:
-        await asyncio.sleep(poll_s)
-        with contextlib.suppress(queue.Empty):
-            while True:
-                kind, payload = control.get_nowait()
-                told.add(kind)
-                if kind == "stop_sending":
-                    loadgen.stop_sending(payload)
-                elif kind == "interrupt":
-                    loadgen.interrupt()
-                elif kind == "saturated":
-                    loadgen.stop_saturated(payload)

@@ -1,5 +1,5 @@
 """The Ray actor of the ray backend (ray_pool.py): the worker that runs one share of the load
-(llmperf/measure/workers.py's worker_main) while its other threads answer the coordinator.
+(llmperf/measure/worker_process.py's worker_main) while its other threads answer the coordinator.
 The load runs in a child process of the actor, as a local worker's does (backends/
 ray_child.py); with `LLMPERF_RAY_LOAD=actor` it runs on one of the actor's own threads
 instead, beside Ray's, the design before (docs/sizing.md compares the two).
@@ -36,7 +36,7 @@ from dataclasses import replace
 
 from llmperf.measure.backends.ray_child import ChildLoad
 from llmperf.measure.backends.ray_yield import each_thread, yield_threads
-from llmperf.measure.workers import WorkerSpec, worker_main
+from llmperf.measure.worker_process import WorkerSpec, worker_main
 
 LOAD_IN = ("child", "actor")  # where an actor runs its load: LLMPERF_RAY_LOAD, the first by default
 
@@ -57,7 +57,7 @@ _CLASS = None
 
 
 class LoadWorker:
-    """One load generator on a node: `run` drives its share (llmperf/measure/workers.py's
+    """One load generator on a node: `run` drives its share (llmperf/measure/worker_process.py's
     worker_main) in a child process (`in_child`) or on this thread; `take`, `tell`,
     `set_start` and `now_ns` answer the coordinator."""
 

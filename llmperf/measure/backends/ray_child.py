@@ -1,6 +1,6 @@
 """The ray backend's load in a child process of its actor (backends/ray_actors.py).
 
-The actor starts the process the local-processes backend starts (llmperf/measure/workers.py:
+The actor starts the process the local-processes backend starts (llmperf/measure/worker_process.py:
 spawned, `worker_main` with a results queue, a control queue, a go event and a start value)
 and only passes messages on: the child's, read from its pipe by the coordinator's `take`
 and returned still pickled (the coordinator unpickles them, as it does a local worker's),
@@ -34,7 +34,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from llmperf.measure.workers import WorkerSpec, child_main
+from llmperf.measure.worker_process import WorkerSpec, child_main
 
 EXIT_WAIT_S = 30.0  # after its "done", the child's exit (its queues flushed) is waited this long
 

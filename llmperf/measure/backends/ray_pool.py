@@ -36,7 +36,6 @@ import pickle
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import replace
 from typing import Any
 
 from llmperf.errors import require
@@ -52,12 +51,12 @@ from llmperf.measure.clock import ClockTrack, estimate_offset
 from llmperf.measure.loadgen import LoadResult
 from llmperf.measure.records import RequestRecord
 from llmperf.measure.saturation import Saturation, SaturationConfig
+from llmperf.measure.worker_process import WorkerSpec, perf_origin
 from llmperf.measure.workers import (
     START_LEAD_S,
-    WorkerSpec,
     merge,
-    perf_origin,
     scaled_saturation,
+    scaled_verdict,
     split,
     split_concurrency,
 )
@@ -146,12 +145,12 @@ class RayPool:
         concurrency, duration_s = plan.concurrency, plan.duration_s
         ray = _ray()
         started_here, local = not ray.is_initialized(), self.address == "local"
-        before = thread_ids()  # Ray's threads in this process are the ones started after
+        # a Ray started here for the run: its threads in this process are the ones after these
+        own_ray = thread_ids() if started_here and local else None
         if started_here:
             start_ray(ray, self.address, self.workers, self.cpus_per_worker)
         try:
-            return self._run(ray, warmup, requests, concurrency, duration_s,
-                             own_ray=before if started_here and local else None)
+            return self._run(ray, warmup, requests, concurrency, duration_s, own_ray)
         finally:
             actors, self._actors = self._actors, []
             for actor in actors:
@@ -252,8 +251,7 @@ class RayPool:
                         elif kind == "priority":
                             self._note_priority(index, payload, nice, nodes[index])
                         elif kind == "saturated" and verdict is None:
-                            verdict = replace(payload, rate_rps=payload.rate_rps * n,
-                                              waiting=payload.waiting * n)
+                            verdict = scaled_verdict(payload, n)
                             self._tell_all(("saturated", verdict), but=index)
                         elif kind == "done":
                             results[index] = payload
