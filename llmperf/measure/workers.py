@@ -175,15 +175,12 @@ class WorkerPool:
         ready = 0
         coordinator = CpuMeter("coordinator")
         refreeze = gc_quiet.Refreezer()
+        checked = time.perf_counter()  # when dead workers were last looked for
         with _forward_sigint(self.interrupt), gc_quiet.frozen():
             while len(results) < n:
                 if ready == n:
                     refreeze()
-                got = stream.read(READ_WAIT_S)
-                if not got:
-                    self._end_if_dead(processes, results, failures)
-                    continue
-                for _, messages in got:
+                for _, messages in stream.read(READ_WAIT_S):
                     for kind, index, payload in map(pickle.loads, messages):
                         if kind == "records":
                             for record in payload:
@@ -205,11 +202,18 @@ class WorkerPool:
                             self.interrupt()
                             _join(processes)
                             raise RuntimeError(f"load worker {index} failed:\n{payload}")
+                if time.perf_counter() - checked >= READ_WAIT_S:  # not at every batch
+                    checked = time.perf_counter()
+                    self._end_if_dead(processes, results, failures, stream)
         return results, verdict, coordinator
 
-    def _end_if_dead(self, processes: list, results: dict, failures) -> None:
-        """A worker that has exited before its "done" ends the run, with what it said."""
-        dead = [p for i, p in enumerate(processes) if i not in results and p.exitcode is not None]
+    def _end_if_dead(self, processes: list, results: dict, failures, stream: RecordStream) -> None:
+        """A worker whose connection ended before its "done" (every byte of it read), or that
+        exited without ever connecting, ends the run, with what it said. Looked for while the
+        others still send: a worker killed mid-run ends the run then, not at the schedule's end."""
+        heard = stream.heard()
+        dead = [p for i, p in enumerate(processes) if i not in results and (
+            i in stream.closed or (i not in heard and p.exitcode is not None))]
         if not dead:
             return
         self.interrupt()

@@ -114,6 +114,10 @@ class RecordStream:
                 self._end(reader)
         return list(got.items())
 
+    def heard(self) -> set[int]:
+        """The workers whose connection has said which worker it is (ended ones too)."""
+        return self.closed | {r.index for r in self._readers if r.index is not None}
+
     def _end(self, reader: _Reader) -> None:
         """A connection ended: the worker is done, or lost."""
         with contextlib.suppress(KeyError, ValueError, OSError):
