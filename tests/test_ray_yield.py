@@ -24,7 +24,7 @@ pytestmark = pytest.mark.skipif(not LINUX, reason="SCHED_IDLE and /proc are Linu
 # Two threads, then yield_threads(), then one more thread: every thread's policy after.
 YIELD = """
 import json, os, threading
-from llmperf.measure.backends.ray_yield import yield_threads
+from llmperf.measure.backends.ray_yield import resume_threads, yield_threads
 stop = threading.Event()
 threads = [threading.Thread(target=stop.wait) for _ in range(2)]
 for t in threads:
@@ -33,9 +33,14 @@ moved = yield_threads()
 late = threading.Thread(target=stop.wait)
 late.start()
 policies = {tid: os.sched_getscheduler(int(tid)) for tid in os.listdir("/proc/self/task")}
+os.setpriority(os.PRIO_PROCESS, late.native_id, 3)
+resumed = resume_threads()
+after = {tid: os.sched_getscheduler(int(tid)) for tid in os.listdir("/proc/self/task")}
 stop.set()
 print(json.dumps({"moved": moved, "policies": list(policies.values()),
-                  "parent": os.sched_getscheduler(os.getppid())}))
+                  "parent": os.sched_getscheduler(os.getppid()), "resumed": resumed,
+                  "after": list(after.values()),
+                  "late_nice": os.getpriority(os.PRIO_PROCESS, late.native_id)}))
 """
 
 
@@ -45,7 +50,7 @@ def policy(pid: int | str, tid: int | str | None = None) -> int:
     return int(Path(path).read_text().rsplit(")", 1)[1].split()[38])
 
 
-def test_every_thread_moves_to_sched_idle_and_a_later_thread_inherits_it():
+def test_every_thread_moves_to_sched_idle_a_later_thread_inherits_it_and_all_move_back():
     out = subprocess.run([sys.executable, "-c", YIELD], capture_output=True, text=True,
                          check=True, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=60)
     got = json.loads(out.stdout)
@@ -53,6 +58,11 @@ def test_every_thread_moves_to_sched_idle_and_a_later_thread_inherits_it():
     assert len(got["policies"]) == got["moved"] + 1  # and the one started after
     assert set(got["policies"]) == {os.SCHED_IDLE}
     assert got["parent"] == os.sched_getscheduler(0) != os.SCHED_IDLE  # this process: untouched
+    if os.geteuid() == 0:  # leaving SCHED_IDLE needs CAP_SYS_NICE (or a wide RLIMIT_NICE)
+        assert got["resumed"] == len(got["after"]) and set(got["after"]) == {os.SCHED_OTHER}
+        assert got["late_nice"] == 3  # each thread keeps its nice
+    else:
+        assert got["resumed"] == 0 and set(got["after"]) == {os.SCHED_IDLE}
 
 
 def test_the_daemons_of_a_node_are_what_it_launched_and_their_children_but_its_workers():
@@ -107,11 +117,17 @@ def test_a_run_on_its_own_local_ray_yields_the_daemons_and_actors_but_not_the_lo
                 seen.setdefault(kind, set()).add(policy(info.process.pid))
         for actor in pool._actors:  # the actor's threads and its child's main thread
             pid, child = ray.get([actor.pid.remote(), actor.child_pid.remote()])
-            with contextlib.suppress(OSError):  # a child that has ended, with its last batch
-                seen.setdefault("load", set()).add(policy(child))
+            try:
+                load = policy(child)
+            except OSError:  # a child that has ended, with its last batch: its actor is back
+                continue
+            threads = set()
             for tid in os.listdir(f"/proc/{pid}/task"):
                 with contextlib.suppress(OSError):  # a thread that just ended
-                    seen.setdefault("actor", set()).add(policy(pid, tid))
+                    threads.add(policy(pid, tid))
+            if Path(f"/proc/{child}").exists():  # not yet reaped: the actor had not moved back
+                seen.setdefault("load", set()).add(load)
+                seen.setdefault("actor", set()).update(threads)
         python = {thread.native_id for thread in threading.enumerate()}
         for tid in pool.driver_yielded:  # Ray's threads here, once the load has started
             with contextlib.suppress(OSError):
@@ -134,6 +150,9 @@ def test_a_run_on_its_own_local_ray_yields_the_daemons_and_actors_but_not_the_lo
     assert seen["load"] == seen["coordinator"] == {os.SCHED_OTHER}, seen
     assert len(pool.yielded) >= 3  # GCS, raylet and more (dashboard, monitors, agents)
     assert len(pool.driver_yielded) >= 5  # the core worker's event loops, gRPC's pollers
+    if os.geteuid() == 0:  # back before the last clock probes (then Ray was shut down)
+        assert set(pool.driver_resumed) <= set(pool.driver_yielded)
+        assert len(pool.driver_resumed) >= len(pool.driver_yielded) - 2  # some may have ended
     assert time.monotonic() - started < 120
 
 

@@ -9,8 +9,10 @@ delays, w was read somewhere in [t0, t1] of the coordinator's time, so
 
 Of several probes the one with the shortest round trip bounds the offset most tightly
 (Cristian's algorithm, as NTP's clock filter and AIPerf's workers use it): its midpoint is
-the estimate and half its round trip the uncertainty. Probing again later gives the drift:
-the change of the offset over the time between the two estimates.
+the estimate and half its round trip the uncertainty. On a busy host a few probes may all be
+slow, so an estimate goes on probing, within a budget, until one is fast enough. Probing
+again later gives the drift: the change of the offset over the time between the two
+estimates.
 
 Per-request latencies never use offsets: each is a difference of one worker's own
 perf_counter readings. An offset only places a worker's records, and the intended arrivals
@@ -19,11 +21,14 @@ it sends at, on the coordinator's timeline.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
-PROBES = 16  # probes per estimate; the fastest of them is kept
+PROBES = 16  # probes per estimate at least; the fastest of them is kept
+MAX_PROBES = 512  # and at most, while none is within the target uncertainty
+PROBE_BUDGET_S = 1.0  # nor for longer than this
 
 Probe = Callable[[], int]  # the worker's wall clock, in ns, read when the call arrives
 
@@ -36,27 +41,34 @@ class OffsetEstimate:
     uncertainty_s: float  # half that round trip: the offset is within +- this
     rtt_s: float
     at_unix_s: float  # the coordinator's wall clock at that probe's midpoint
+    probes: int = 1  # how many round trips it took
 
     def to_dict(self) -> dict[str, float]:
         return asdict(self)
 
 
-def estimate_offset(probe: Probe, probes: int = PROBES,
-                    now_ns: Callable[[], int] = time.time_ns) -> OffsetEstimate:
-    """`probes` round trips to `probe`; the offset of the shortest one."""
+def estimate_offset(probe: Probe, probes: int = PROBES, now_ns: Callable[[], int] = time.time_ns,
+                    target_s: float = math.inf, max_probes: int = MAX_PROBES,
+                    budget_s: float = PROBE_BUDGET_S) -> OffsetEstimate:
+    """The offset of the shortest of `probes` round trips to `probe`; while the shortest is
+    not within `target_s` (half its round trip), more, up to `max_probes` or `budget_s`."""
+    if probes < 1:
+        raise ValueError("estimate_offset needs at least one probe")
     best: OffsetEstimate | None = None
-    for _ in range(probes):
+    started_ns = now_ns()
+    count = 0
+    while count < probes or (best.uncertainty_s > target_s and count < max_probes
+                             and now_ns() - started_ns < budget_s * 1e9):
         t0 = now_ns()
         worker_ns = probe()
         t1 = now_ns()
+        count += 1
         rtt_ns = t1 - t0
         if best is None or rtt_ns / 1e9 < best.rtt_s:
             midpoint_ns = (t0 + t1) / 2
             best = OffsetEstimate((worker_ns - midpoint_ns) / 1e9, rtt_ns / 2e9, rtt_ns / 1e9,
                                   midpoint_ns / 1e9)
-    if best is None:
-        raise ValueError("estimate_offset needs at least one probe")
-    return best
+    return replace(best, probes=count)
 
 
 @dataclass
@@ -89,9 +101,20 @@ class ClockTrack:
 
     @property
     def error_s(self) -> float:
-        """How far the worker's schedule sits off the coordinator's timeline, at worst: the
-        offset left uncorrected (none, with correction on), its uncertainty and the drift."""
-        return abs(self.first.offset_s - self.applied_offset_s) + self.uncertainty_s + abs(self.drift_s)
+        """How far the worker's schedule sat off the coordinator's timeline, at worst.
+
+        At an estimate's time the true offset is within its uncertainty of it, so the schedule
+        (moved by `applied_offset_s`) was off by at most |offset - applied| + uncertainty
+        there. Between the first estimate (before the load) and the last (after it) an offset
+        that moves steadily is off by no more than at those two ends. An estimate taken while
+        the load ran, slower for the load, only adds what it proves: |offset - applied| less
+        its uncertainty (a step of the clock mid-run)."""
+        def off(e: OffsetEstimate) -> float:
+            return abs(e.offset_s - self.applied_offset_s)
+
+        first, last = self.first, self.estimates[-1]
+        ends = max(off(first) + first.uncertainty_s, off(last) + last.uncertainty_s)
+        return max([ends] + [off(e) - e.uncertainty_s for e in self.estimates[1:-1]])
 
     def to_dict(self) -> dict:
         return {

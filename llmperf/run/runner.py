@@ -208,6 +208,7 @@ def drive_load(run: Run) -> None:
             record_tokens=scenario.record_tokens,
             on_measure_start=open_window,
             max_concurrency=scenario.arrival.max_concurrency,
+            clock_limit_s=scenario.validity.max_clock_uncertainty_s,
         )
         backend = LOAD_BACKENDS.get(name).from_options(scenario.client, parts)
         if run.server is not None:

@@ -27,6 +27,7 @@ class LoadParts:
     record_tokens: bool = False
     on_measure_start: Callable[[], None] = lambda: None
     max_concurrency: int | None = None  # scenario.arrival.max_concurrency (one loop only)
+    clock_limit_s: float = 0.001  # scenario.validity.max_clock_uncertainty_s (backend=ray)
 
 
 @dataclass

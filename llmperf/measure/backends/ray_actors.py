@@ -35,7 +35,7 @@ import time
 from dataclasses import replace
 
 from llmperf.measure.backends.ray_child import ChildLoad
-from llmperf.measure.backends.ray_yield import each_thread, yield_threads
+from llmperf.measure.backends.ray_yield import each_thread, resume_threads, yield_threads
 from llmperf.measure.worker_process import WorkerSpec, worker_main
 
 LOAD_IN = ("child", "actor")  # where an actor runs its load: LLMPERF_RAY_LOAD, the first by default
@@ -83,6 +83,11 @@ class LoadWorker:
     def pid(self) -> int:
         return os.getpid()
 
+    def prioritize(self, nice: int) -> int:
+        """Every thread of the actor at `nice` (take_priority), before the first clock probes:
+        at the raylet's worker_niceness they would answer late on a busy host."""
+        return take_priority(nice)
+
     def child_pid(self) -> int | None:
         """The child process running the load, once started (None on this thread)."""
         return self._child.pid if self._child is not None else None
@@ -93,7 +98,8 @@ class LoadWorker:
         the actor is killed after the run, so nothing is restored): the loop's priority goes
         to the coordinator in a message. A child that streams its records leaves the actor
         nothing to do but wait: once it has started, every thread of the actor moves to
-        SCHED_IDLE (backends/ray_yield.py), the child keeping its own class."""
+        SCHED_IDLE (backends/ray_yield.py), the child keeping its own class, and back once
+        the child has ended (the last clock probes)."""
         streamed = self._child is not None and self._child.stream is not None
         if nice is not None:
             priority = take_priority(nice)  # its threads answer the clock probes: not behind
@@ -102,7 +108,11 @@ class LoadWorker:
         # spec.origin_unix_ns is on this worker's clock; worker_main reads the host's own
         spec = replace(spec, origin_unix_ns=spec.origin_unix_ns - self._shift_ns)
         if self._child is not None:  # streamed: the actor only waits, and yields its cores
-            return self._child.run(spec, self.put, yield_threads if streamed else lambda: None)
+            try:
+                return self._child.run(spec, self.put, yield_threads if streamed else lambda: None)
+            finally:
+                if streamed:
+                    resume_threads()
         worker_main(spec, self, _Inbox(self._control), self._start, self._start)
         return None
 

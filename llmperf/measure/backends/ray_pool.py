@@ -20,8 +20,9 @@ their messages, and one thing Ray does not do: one clock.
   Ray starts its workers at (backends/ray_actors.py); one that cannot be lifted is named in
   a warning. Once its child streams the load, the actor yields its cores (SCHED_IDLE), and
   so do the daemons of a Ray started here for the run and, from the measured phase's start,
-  that Ray's threads in the coordinator's process (backends/ray_yield.py); such a Ray also
-  does its periodic work less often (ray_settings.py's QUIET_PERIODS).
+  that Ray's threads in the coordinator's process (backends/ray_yield.py); the actor's and
+  the coordinator's move back once the load has ended, for the last clock probes. Such a Ray
+  also does its periodic work less often (ray_settings.py's QUIET_PERIODS).
 - **Faults.** A worker whose actor dies (its node lost, the actor killed) is noticed within
   `POLL_S`: its requests that were due (open loop; closed: in its slots) and have no record
   are recorded as failed with `worker lost`, the others go on, and the loss is reported.
@@ -44,7 +45,7 @@ from llmperf.measure.backends.plan import LoadParts, LoadPlan
 from llmperf.measure.backends.ray_actors import LOAD_IN, actor_class, taken
 from llmperf.measure.backends.ray_lost import LostWorker, in_flight, lost_record
 from llmperf.measure.backends.ray_settings import RELAYS, load_in, relay, start_ray
-from llmperf.measure.backends.ray_yield import thread_ids, yield_driver, yield_local_ray
+from llmperf.measure.backends.ray_yield import resume, thread_ids, yield_driver, yield_local_ray
 from llmperf.measure.backends.record_stream import RecordStream
 from llmperf.measure.client_cpu import CpuMeter
 from llmperf.measure.clock import ClockTrack, estimate_offset
@@ -64,6 +65,8 @@ from llmperf.measure.workers import (
 POLL_S = 0.1  # the coordinator takes each worker's messages, and looks for lost ones, this often
 TAKE_WAIT_S = 1.0  # a worker's `take` returns once it has messages, else after this
 REPROBE_S = 5.0  # clock offsets are measured again this often during the run
+CLOCK_TARGET = 0.5  # before and after the load, probes go on (clock.py's budget) until one
+# bounds the offset within this share of scenario.validity.max_clock_uncertainty_s
 
 log = logging.getLogger(__name__)
 
@@ -90,6 +93,7 @@ class RayPool:
         address: str = "auto",
         cpus_per_worker: float = 1.0,
         clock_correction: bool = True,
+        clock_target_s: float = 0.0005,
         test_clock_offset_s: float = 0.0,
         load_in: str = LOAD_IN[0],
         relay: str = RELAYS[0],
@@ -105,6 +109,7 @@ class RayPool:
         self.address = address
         self.cpus_per_worker = cpus_per_worker
         self.clock_correction = clock_correction
+        self.clock_target_s = clock_target_s  # an estimate before or after the load probes on
         self.test_clock_offset_s = test_clock_offset_s
         self.load_in = load_in  # "child": each actor's load in a process of its own
         self.relay = relay  # "take": the child's messages read by the coordinator's takes
@@ -113,6 +118,7 @@ class RayPool:
         self.priorities: dict[int, int] = {}
         self.yielded: list[int] = []  # the daemons of a Ray started here, moved to SCHED_IDLE
         self.driver_yielded: list[int] = []  # and its threads in this process, at the start
+        self.driver_resumed: list[int] = []  # those of them back to SCHED_OTHER at the end
         self._actors: list = []
 
     @classmethod
@@ -124,6 +130,7 @@ class RayPool:
                    on_measure_start=parts.on_measure_start, event_loop=client.event_loop,
                    address=client.ray_address, cpus_per_worker=client.ray_cpus_per_worker,
                    clock_correction=client.clock_correction,
+                   clock_target_s=parts.clock_limit_s * CLOCK_TARGET,
                    test_clock_offset_s=client.test_clock_offset_s, load_in=load_in(),
                    relay=relay())
 
@@ -197,10 +204,13 @@ class RayPool:
     def _drive(self, ray, nodes, warmup, requests, concurrency, duration_s,
                stream: RecordStream | None, own_ray: set[int] | None) -> LoadResult:
         n = self.workers
+        nice = os.getpriority(os.PRIO_PROCESS, 0)  # this thread's: the coordinator's
+        ray.get([actor.prioritize.remote(nice) for actor in self._actors])  # before the probes
         origin_unix_ns = time.time_ns()
         origin_s = perf_origin(origin_unix_ns)
         self.clocks = [
-            ClockTrack(i, nodes[i], [estimate_offset(_probe(ray, a))], 0.0)
+            ClockTrack(i, nodes[i], [estimate_offset(_probe(ray, a), target_s=self.clock_target_s)],
+                       0.0)
             for i, a in enumerate(self._actors)
         ]
         for track in self.clocks:
@@ -208,7 +218,6 @@ class RayPool:
         shares = split_concurrency(concurrency, n) if concurrency is not None else [None] * n
         saturation = scaled_saturation(self.saturation, n)
         schedule = split(requests, n)
-        nice = os.getpriority(os.PRIO_PROCESS, 0)  # this thread's: the coordinator's
         runs = {}
         for i, (w, r) in enumerate(zip(split(warmup, n), schedule, strict=True)):
             origin_here = origin_unix_ns + round(self.clocks[i].applied_offset_s * 1e9)
@@ -276,12 +285,14 @@ class RayPool:
         finally:
             prober.stop()
             gc_quiet.release()
+            self.driver_resumed = resume(self.driver_yielded)  # for the last probes
         if not results:
             raise RuntimeError("every load worker was lost: " + "; ".join(
                 f"worker {lost.worker}: {lost.reason}" for lost in self.lost))
         for track in self.clocks:  # the last estimate, for the drift over the whole run
             with contextlib.suppress(Exception):
-                track.estimates.append(estimate_offset(_probe(ray, self._actors[track.worker])))
+                track.estimates.append(estimate_offset(_probe(ray, self._actors[track.worker]),
+                                                       target_s=self.clock_target_s))
         merged = merge(results, origin_s, origin_unix_ns, start_s or 0.0, verdict)
         if self.lost:
             merged.end_s = max(merged.end_s, *(lost.at_s for lost in self.lost))

@@ -20,9 +20,12 @@ core and does not preempt one that does:
   uncertainty read the same (0.34 ms median, 12 trials each way at 6200 req/s on 2 cores).
   The coordinator's own threads keep their class.
 
-Nothing moves back: the actors are killed after the run and a local Ray is shut down with it,
-its threads with it (leaving `SCHED_IDLE` needs CAP_SYS_NICE). Elsewhere than Linux nothing
-changes.
+Once the load has ended, the actor's threads and the driver's move back to `SCHED_OTHER`
+(their nice kept), where the host allows it (leaving `SCHED_IDLE` needs CAP_SYS_NICE, or an
+RLIMIT_NICE that admits the nice): they carry the last clock probes, whose round trips bound
+the drift, and on a host busy with other work an idle-class thread answers only when a core
+is free. The daemons stay: a local Ray is shut down with the run. Elsewhere than Linux
+nothing changes.
 """
 
 from __future__ import annotations
@@ -51,8 +54,30 @@ def yield_threads(pid: int | str = "self") -> int:
     Threads it starts later inherit the class."""
     if not hasattr(os, "SCHED_IDLE"):
         return 0
-    return each_thread(lambda tid: os.sched_setscheduler(tid, os.SCHED_IDLE, os.sched_param(0)),
-                       pid)
+    return each_thread(_policy("SCHED_IDLE"), pid)
+
+
+def _policy(policy_name: str) -> Callable[[int], object]:
+    policy = getattr(os, policy_name)
+    return lambda tid: os.sched_setscheduler(tid, policy, os.sched_param(0))
+
+
+def resume_threads(pid: int | str = "self") -> int:
+    """Every thread of process `pid` back to SCHED_OTHER, each keeping its nice; how many
+    moved (none where leaving SCHED_IDLE is not allowed)."""
+    if not hasattr(os, "SCHED_IDLE"):
+        return 0
+    return each_thread(_policy("SCHED_OTHER"), pid)
+
+
+def resume(tids: list[int]) -> list[int]:
+    """These threads of this process (yield_driver's) back to SCHED_OTHER: the ids moved."""
+    moved = []
+    for tid in tids:
+        with contextlib.suppress(OSError):  # refused, or the thread has ended
+            _policy("SCHED_OTHER")(tid)
+            moved.append(tid)
+    return moved
 
 
 def children(parents: set[int]) -> list[int]:
@@ -103,6 +128,6 @@ def yield_driver(before: set[int]) -> list[int]:
     moved = []
     for tid in sorted(thread_ids() - before - python):
         with contextlib.suppress(OSError):  # refused, or the thread has ended
-            os.sched_setscheduler(tid, os.SCHED_IDLE, os.sched_param(0))
+            _policy("SCHED_IDLE")(tid)
             moved.append(tid)
     return moved
