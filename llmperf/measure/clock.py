@@ -99,6 +99,17 @@ class ClockTrack:
         span_s = self.estimates[-1].at_unix_s - self.first.at_unix_s
         return self.drift_s / span_s if span_s > 0 else 0.0
 
+    def _off(self, estimate: OffsetEstimate) -> float:
+        return abs(estimate.offset_s - self.applied_offset_s)
+
+    def _bounds(self) -> tuple[float, float]:
+        """The bound from the two ends, and what the estimates during the load prove."""
+        first, last = self.first, self.estimates[-1]
+        ends = max(self._off(first) + first.uncertainty_s, self._off(last) + last.uncertainty_s)
+        proven = max((self._off(e) - e.uncertainty_s for e in self.estimates[1:-1]),
+                     default=-math.inf)
+        return ends, proven
+
     @property
     def error_s(self) -> float:
         """How far the worker's schedule sat off the coordinator's timeline, at worst.
@@ -109,12 +120,23 @@ class ClockTrack:
         that moves steadily is off by no more than at those two ends. An estimate taken while
         the load ran, slower for the load, only adds what it proves: |offset - applied| less
         its uncertainty (a step of the clock mid-run)."""
-        def off(e: OffsetEstimate) -> float:
-            return abs(e.offset_s - self.applied_offset_s)
+        return max(self._bounds())
 
+    @property
+    def cause(self) -> str:
+        """What makes error_s: "unapplied" (the offset measured was not applied), "moved" (an
+        estimate during the load shows the clock moved), "drift" (the last estimate's offset
+        moved from the first past both uncertainties), else "round trips" (the probes'
+        round trips alone)."""
         first, last = self.first, self.estimates[-1]
-        ends = max(off(first) + first.uncertainty_s, off(last) + last.uncertainty_s)
-        return max([ends] + [off(e) - e.uncertainty_s for e in self.estimates[1:-1]])
+        ends, proven = self._bounds()
+        if self._off(first) > first.uncertainty_s:
+            return "unapplied"
+        if proven >= ends:
+            return "moved"
+        if abs(self.drift_s) > first.uncertainty_s + last.uncertainty_s:
+            return "drift"
+        return "round trips"
 
     def to_dict(self) -> dict:
         return {
@@ -127,5 +149,7 @@ class ClockTrack:
             "drift_s": self.drift_s,
             "drift_s_per_s": self.drift_s_per_s,
             "error_s": self.error_s,
+            "last_uncertainty_s": self.estimates[-1].uncertainty_s,
+            "cause": self.cause,
             "estimates": [e.to_dict() for e in self.estimates],
         }

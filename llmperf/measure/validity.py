@@ -336,6 +336,18 @@ def stage_rates_held(summary: dict[str, Any], criteria: ValidityConfig) -> Check
 
 
 
+# What makes a worker's clock error (llmperf/measure/clock.py's ClockTrack.cause), in words
+CLOCK_CAUSES = {
+    "unapplied": "its offset was not applied (scenario.client.clock_correction=false)",
+    "moved": "its clock moved during the run (a probe during the load read it off the applied"
+             " offset by more than its uncertainty: the host's clock was stepped or slewed)",
+    "drift": "its clock drifted over the run by more than the probes' uncertainty (the hosts'"
+             " clocks run at different rates: synchronize them, or run shorter)",
+    "round trips": "the probes' round trips were too slow to bound it (a busy coordinator or"
+                   " network)",
+}
+
+
 def clocks_agree(summary: dict[str, Any], criteria: ValidityConfig) -> Check:
     """Workers on other hosts (backend=ray) sent on the coordinator's timeline: each one's
     clock offset was measured (and applied) to within max_clock_uncertainty_s, drift included
@@ -345,15 +357,14 @@ def clocks_agree(summary: dict[str, Any], criteria: ValidityConfig) -> Check:
         return Check("clocks_agree", True, "one clock (no workers on clocks of their own)")
     limit = criteria.max_clock_uncertainty_s
     worst = max(clocks, key=lambda c: c["error_s"])
+    after = worst.get("last_uncertainty_s")
     figures = (f"worst worker {worst['worker']}: offset {_ms(worst['offset_s'])}, applied"
-               f" {_ms(worst['applied_offset_s'])}, uncertainty ±{_ms(worst['uncertainty_s'])},"
-               f" drift {_ms(worst['drift_s'])}")
+               f" {_ms(worst['applied_offset_s'])}, uncertainty ±{_ms(worst['uncertainty_s'])}"
+               + (f" (±{_ms(after)} after the load)" if after is not None else "")
+               + f", drift {_ms(worst['drift_s'])}")
     if worst["error_s"] <= limit:
         return Check("clocks_agree", True, f"{len(clocks)} workers within {_ms(limit)}: {figures}")
-    unapplied = abs(worst["offset_s"] - worst["applied_offset_s"])
-    cause = ("its offset was not applied (scenario.client.clock_correction=false)"
-             if unapplied > worst["uncertainty_s"] else
-             "the probes' round trips were too slow to bound it (a busy coordinator or network)")
+    cause = CLOCK_CAUSES.get(worst.get("cause"), CLOCK_CAUSES["round trips"])
     return Check("clocks_agree", False, f"worker {worst['worker']}'s schedule may be"
                  f" {_ms(worst['error_s'])} off the coordinator's timeline, past"
                  f" {_ms(limit)}: {cause}; {figures}")
