@@ -166,12 +166,14 @@ def _spin(cpu: int) -> None:
 
 @pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="Linux only")
 def test_busy_processes_on_the_clients_core_are_named_host_contention_not_the_client():
-    """Three processes spin on the core the client's thread is pinned to: the client waits to
-    run while its own CPU stays low. The verdict says host contention, never client CPU."""
+    """Five processes spin on the core the client's thread is pinned to: the client waits to
+    run while its own CPU stays low. The verdict says host contention, never client CPU.
+    (With three, 9-18% of requests were late past 2 ms, and once in a full suite exactly the
+    5% the check allows; with five, 26-27%.)"""
     cpu = min(os.sched_getaffinity(0))
     before = os.sched_getaffinity(0)
     ctx = mp.get_context("spawn")
-    hogs = [ctx.Process(target=_spin, args=(cpu,), daemon=True) for _ in range(3)]
+    hogs = [ctx.Process(target=_spin, args=(cpu,), daemon=True) for _ in range(5)]
     for hog in hogs:
         hog.start()
     try:
