@@ -58,7 +58,7 @@ from llmperf.measure.saturation import Saturation, SaturationConfig
 from llmperf.measure.worker_process import WorkerSpec, child_main, perf_origin
 
 START_LEAD_S = 0.1  # from "all workers ready" to the measured phase's start
-READ_WAIT_S = 0.2  # the coordinator looks for a dead worker when none has sent for this long
+READ_WAIT_S = 0.2  # the coordinator looks for a dead worker this often, while others send too
 
 
 def scaled_saturation(config: SaturationConfig | None, workers: int) -> SaturationConfig | None:

@@ -84,27 +84,26 @@ class LoadWorker:
         return os.getpid()
 
     def prioritize(self, nice: int) -> int:
-        """Every thread of the actor at `nice` (take_priority), before the first clock probes:
-        at the raylet's worker_niceness they would answer late on a busy host."""
+        """Every thread of the actor at `nice` (take_priority; the coordinator's), before the
+        first clock probes: at the raylet's worker_niceness they would answer late on a busy
+        host. Threads started later, the load's child among them, inherit it; the actor is
+        killed after the run, so nothing is restored."""
         return take_priority(nice)
 
     def child_pid(self) -> int | None:
         """The child process running the load, once started (None on this thread)."""
         return self._child.pid if self._child is not None else None
 
-    def run(self, spec: WorkerSpec, nice: int | None = None) -> str | None:
-        """worker_main in the child (started from this thread, whose nice it inherits) or on
-        this thread, every thread of the actor at `nice` first (the coordinator's priority;
-        the actor is killed after the run, so nothing is restored): the loop's priority goes
-        to the coordinator in a message. A child that streams its records leaves the actor
-        nothing to do but wait: once it has started, every thread of the actor moves to
-        SCHED_IDLE (backends/ray_yield.py), the child keeping its own class, and back once
-        the child has ended (the last clock probes)."""
+    def run(self, spec: WorkerSpec) -> str | None:
+        """worker_main in the child (started from this thread, whose nice, `prioritize`'s, it
+        inherits) or on this thread: the loop's priority goes to the coordinator in a
+        message. A child that streams its records leaves the actor nothing to do but wait:
+        once it has started, every thread of the actor moves to SCHED_IDLE
+        (backends/ray_yield.py), the child keeping its own class, and back once the child
+        has ended (the last clock probes)."""
         streamed = self._child is not None and self._child.stream is not None
-        if nice is not None:
-            priority = take_priority(nice)  # its threads answer the clock probes: not behind
-            if not streamed:  # a streaming child reports its own
-                self.put(("priority", spec.index, priority))
+        if not streamed:  # a streaming child reports its own
+            self.put(("priority", spec.index, os.getpriority(os.PRIO_PROCESS, 0)))
         # spec.origin_unix_ns is on this worker's clock; worker_main reads the host's own
         spec = replace(spec, origin_unix_ns=spec.origin_unix_ns - self._shift_ns)
         if self._child is not None:  # streamed: the actor only waits, and yields its cores

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import os
 import pickle
 import threading
@@ -48,7 +49,7 @@ from llmperf.measure.backends.ray_settings import RELAYS, load_in, relay, start_
 from llmperf.measure.backends.ray_yield import resume, thread_ids, yield_driver, yield_local_ray
 from llmperf.measure.backends.record_stream import RecordStream
 from llmperf.measure.client_cpu import CpuMeter
-from llmperf.measure.clock import ClockTrack, estimate_offset
+from llmperf.measure.clock import ClockTrack, OffsetEstimate, estimate_offset
 from llmperf.measure.loadgen import LoadResult
 from llmperf.measure.records import RequestRecord
 from llmperf.measure.saturation import Saturation, SaturationConfig
@@ -209,8 +210,7 @@ class RayPool:
         origin_unix_ns = time.time_ns()
         origin_s = perf_origin(origin_unix_ns)
         self.clocks = [
-            ClockTrack(i, nodes[i], [estimate_offset(_probe(ray, a), target_s=self.clock_target_s)],
-                       0.0)
+            ClockTrack(i, nodes[i], [_offset(ray, a, self.clock_target_s)], 0.0)
             for i, a in enumerate(self._actors)
         ]
         for track in self.clocks:
@@ -224,7 +224,7 @@ class RayPool:
             spec = WorkerSpec(i, self.engine_options, self.model, w, r, shares[i], duration_s,
                               saturation, self.record_tokens, origin_here, self.event_loop,
                               node=nodes[i])
-            runs[self._actors[i].run.remote(spec, nice)] = i
+            runs[self._actors[i].run.remote(spec)] = i
 
         results: dict[int, LoadResult] = {}
         received: dict[int, list[list[RequestRecord]]] = {i: [] for i in range(n)}  # batches
@@ -291,8 +291,8 @@ class RayPool:
                 f"worker {lost.worker}: {lost.reason}" for lost in self.lost))
         for track in self.clocks:  # the last estimate, for the drift over the whole run
             with contextlib.suppress(Exception):
-                track.estimates.append(estimate_offset(_probe(ray, self._actors[track.worker]),
-                                                       target_s=self.clock_target_s))
+                track.estimates.append(_offset(ray, self._actors[track.worker],
+                                               self.clock_target_s))
         merged = merge(results, origin_s, origin_unix_ns, start_s or 0.0, verdict)
         if self.lost:
             merged.end_s = max(merged.end_s, *(lost.at_s for lost in self.lost))
@@ -355,8 +355,9 @@ def _answers(ray, takes: dict, refused: dict[int, float]) -> list[tuple[int, lis
     return answers
 
 
-def _probe(ray, actor) -> Callable[[], int]:
-    return lambda: ray.get(actor.now_ns.remote())
+def _offset(ray, actor, target_s: float = math.inf) -> OffsetEstimate:
+    """The actor's clock offset (clock.py), probing on until within `target_s`."""
+    return estimate_offset(lambda: ray.get(actor.now_ns.remote()), target_s=target_s)
 
 
 class _Reprober:
@@ -379,5 +380,4 @@ class _Reprober:
         while not self._stop.wait(REPROBE_S):
             for track in self._clocks:
                 with contextlib.suppress(Exception):  # a lost worker answers no more
-                    track.estimates.append(
-                        estimate_offset(_probe(self._ray, self._actors[track.worker])))
+                    track.estimates.append(_offset(self._ray, self._actors[track.worker]))
